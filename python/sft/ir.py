@@ -1,0 +1,87 @@
+"""The only module that imports MLIR Python bindings.
+
+Two sets of bindings live side by side: torch-mlir's (`tm`, which can load IRDL dialects, so the
+sft dialect lives there) and IREE's (`iree_ir`, which knows flow and iree_codegen). IR passes
+between the two contexts as text.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from iree.compiler import ir as iree_ir  # noqa: F401  (re-exported)
+from iree.compiler import passmanager as iree_passmanager  # noqa: F401
+from torch_mlir import ir as tm  # noqa: F401
+from torch_mlir import passmanager as tm_passmanager
+from torch_mlir.dialects import arith, irdl, linalg, tensor  # noqa: F401
+
+from .errors import SftError
+
+DIALECT_FILE = Path(__file__).resolve().parent / "dialects" / "sft.irdl.mlir"
+if not DIALECT_FILE.exists():  # running from a source checkout
+    DIALECT_FILE = Path(__file__).resolve().parents[2] / "dialects" / "sft.irdl.mlir"
+
+_LOC = re.compile(r'loc\("(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)\)')
+
+
+def where(location) -> str | None:
+    """`file:line:col` of an MLIR location (the innermost file location in it), or None."""
+    match = _LOC.search(str(location))
+    return f"{match['file']}:{match['line']}:{match['col']}" if match else None
+
+
+def sft_context() -> tm.Context:
+    """A torch-mlir context with the sft dialect loaded from its IRDL definition."""
+    ctx = tm.Context()
+    with ctx:
+        irdl.load_dialects(tm.Module.parse(DIALECT_FILE.read_text()))
+    return ctx
+
+
+def _mlir_error(exc: Exception, filename: str) -> SftError:
+    """Turn the bindings' MLIRError into one line: the first diagnostic, with its location."""
+    diagnostics = getattr(exc, "error_diagnostics", None) or []
+    if diagnostics:
+        diag = diagnostics[0]
+        loc = where(diag.location)
+        if loc and loc.startswith("-:"):  # the bindings parse text under the name "-"
+            loc = filename + loc[1:]
+        return SftError(diag.message, loc)
+    text = str(exc).splitlines()
+    return SftError(text[1].strip() if len(text) > 1 else text[0], filename)
+
+
+def parse(ctx, text: str, filename: str = "<input>"):
+    """Parse MLIR text in `ctx`; malformed input raises SftError with file:line:col."""
+    module_cls = tm.Module if isinstance(ctx, tm.Context) else iree_ir.Module
+    with ctx:
+        try:
+            return module_cls.parse(text)
+        except Exception as exc:  # MLIRError
+            raise _mlir_error(exc, filename) from None
+
+
+def verify(module, filename: str = "<input>") -> None:
+    try:
+        module.operation.verify()
+    except Exception as exc:
+        raise _mlir_error(exc, filename) from None
+
+
+def run_pipeline(module, pipeline: str, filename: str = "<input>") -> None:
+    """Run a textual upstream pass pipeline (anchored on builtin.module) on a torch-mlir module."""
+    with module.context:
+        try:
+            tm_passmanager.PassManager.parse(f"builtin.module({pipeline})").run(module.operation)
+        except Exception as exc:
+            raise _mlir_error(exc, filename) from None
+
+
+def to_iree(module) -> "iree_ir.Module":
+    """Re-parse a torch-mlir module in a fresh IREE context (text is the bridge)."""
+    return parse(iree_ir.Context(), print_module(module), "")
+
+
+def print_module(module, generic: bool = False) -> str:
+    return module.operation.get_asm(print_generic_op_form=generic, enable_debug_info=False)

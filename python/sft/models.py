@@ -1,0 +1,155 @@
+"""Small models built in code with random weights: the bundled suite that tests and benchmarks use.
+
+Nothing here downloads weights; every model is seeded so that runs are repeatable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class CausalSelfAttention(nn.Module):
+    """GPT-2 style masked multi-head attention written with plain torch ops."""
+
+    def __init__(self, dim: int, heads: int, max_len: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        mask = torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
+        self.register_buffer("mask", mask.view(1, 1, max_len, max_len))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        hd = d // self.heads
+        q = q.view(b, t, self.heads, hd).transpose(1, 2)
+        k = k.view(b, t, self.heads, hd).transpose(1, 2)
+        v = v.view(b, t, self.heads, hd).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        att = att.masked_fill(~self.mask[:, :, :t, :t], float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        return self.proj(y)
+
+
+class GPT2Block(nn.Module):
+    """Token + position embedding, one pre-norm decoder block, and the LM head."""
+
+    def __init__(self, vocab: int = 512, dim: int = 128, heads: int = 4, max_len: int = 64):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(max_len, dim)
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = CausalSelfAttention(dim, heads, max_len)
+        self.ln2 = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, 4 * dim)
+        self.out = nn.Linear(4 * dim, dim)
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        t = idx.shape[1]
+        pos = torch.arange(t, device=idx.device)
+        x = self.tok(idx) + self.pos(pos)
+        x = x + self.attn(self.ln1(x))
+        x = x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+        return self.head(self.ln_f(x))
+
+
+class ConvBlock(nn.Module):
+    """Conv2d + BatchNorm (eval) + ReLU + max and average pooling, a small CNN stem."""
+
+    def __init__(self, cin: int = 3, cout: int = 16):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+        self.bn = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, stride=2, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        x = F.relu(self.bn2(self.conv2(x)))
+        return F.adaptive_avg_pool2d(x, 1).flatten(1)
+
+
+class MLP(nn.Module):
+    def __init__(self, dims=(256, 1024, 256), act: Callable[[], nn.Module] = nn.GELU):
+        super().__init__()
+        layers: list[nn.Module] = []
+        for i, (a, b) in enumerate(zip(dims, dims[1:])):
+            layers.append(nn.Linear(a, b))
+            if i < len(dims) - 2:
+                layers.append(act())
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class MultiheadSelfAttention(nn.Module):
+    def __init__(self, dim: int = 128, heads: int = 4):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(dim, heads, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    """A named model with the inputs it is compiled and checked on."""
+
+    name: str
+    build: Callable[[], nn.Module]
+    inputs: Callable[[], tuple[torch.Tensor, ...]]
+
+
+def _randn(*shape):
+    return lambda: (torch.randn(*shape),)
+
+
+def _prep(module_fn):
+    def build():
+        torch.manual_seed(0)
+        m = module_fn()
+        for mod in m.modules():  # give BatchNorm non-trivial statistics
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.running_mean.uniform_(-0.5, 0.5)
+                mod.running_var.uniform_(0.5, 1.5)
+        return m.eval()
+
+    return build
+
+
+SUITE: dict[str, ModelCase] = {
+    case.name: case
+    for case in [
+        ModelCase("linear", _prep(lambda: nn.Linear(64, 128)), _randn(8, 64)),
+        ModelCase("gelu", _prep(nn.GELU), _randn(8, 256)),
+        ModelCase("relu", _prep(nn.ReLU), _randn(8, 256)),
+        ModelCase("silu", _prep(nn.SiLU), _randn(8, 256)),
+        ModelCase("tanh", _prep(nn.Tanh), _randn(8, 256)),
+        ModelCase("layernorm", _prep(lambda: nn.LayerNorm(128)), _randn(8, 128)),
+        ModelCase("softmax", _prep(lambda: nn.Softmax(dim=-1)), _randn(8, 128)),
+        ModelCase("mlp", _prep(MLP), _randn(32, 256)),
+        ModelCase("mha", _prep(MultiheadSelfAttention), _randn(2, 32, 128)),
+        ModelCase(
+            "transformer_layer",
+            _prep(lambda: nn.TransformerEncoderLayer(128, 4, 512, dropout=0.0, batch_first=True)),
+            _randn(2, 32, 128),
+        ),
+        ModelCase(
+            "gpt2_block",
+            _prep(GPT2Block),
+            lambda: (torch.randint(0, 512, (2, 32)),),
+        ),
+        ModelCase("conv_bn_relu_pool", _prep(ConvBlock), _randn(2, 3, 32, 32)),
+    ]
+}

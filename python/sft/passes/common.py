@@ -1,0 +1,67 @@
+"""Small IR utilities shared by the raise and lower passes."""
+
+from __future__ import annotations
+
+from ..ir import tm
+
+
+def functions(module):
+    return [op for op in module.body.operations if op.operation.name == "func.func"]
+
+
+def ops_of(block):
+    return [op.operation for op in block.operations]
+
+
+def tensor_type(value):
+    return tm.RankedTensorType(value.type) if isinstance(value.type, tm.RankedTensorType) else None
+
+
+def static_shape(value) -> list[int] | None:
+    ty = tensor_type(value)
+    return list(ty.shape) if ty is not None and ty.has_static_shape else None
+
+
+def element_type(value):
+    ty = tensor_type(value)
+    return ty.element_type if ty is not None else value.type
+
+
+def map_list(attr) -> list:
+    return [tm.AffineMapAttr(a).value for a in tm.ArrayAttr(attr)]
+
+
+def maps_attr(maps) -> "tm.ArrayAttr":
+    return tm.ArrayAttr.get([tm.AffineMapAttr.get(m) for m in maps])
+
+
+def has_uses(value) -> bool:
+    return any(True for _ in value.uses)
+
+
+def move_body(old_block, new_block, arg_map: dict, skip=(), rename: dict | None = None) -> None:
+    """Append the ops of `old_block` to `new_block`, re-pointing its arguments through `arg_map`.
+
+    Ops in `skip` stay behind. `rename` swaps one dialect's loop-index op for the other's:
+    {op name: factory(dim) -> new op}.
+    """
+    for old, new in arg_map.items():
+        old.replace_all_uses_with(new)
+    ip = tm.InsertionPoint(new_block)
+    for op in ops_of(old_block):
+        if any(op == s for s in skip):
+            continue
+        if rename and op.name in rename:
+            with ip, op.location:
+                new = rename[op.name](tm.IntegerAttr(op.attributes["dim"]).value)
+            op.results[0].replace_all_uses_with(new.results[0])
+            op.erase()
+            continue
+        op.detach_from_parent()
+        ip.insert(op)
+
+
+def replace_op(old, new) -> None:
+    for a, b in zip(old.results, new.results):
+        a.replace_all_uses_with(b)
+    old.erase()

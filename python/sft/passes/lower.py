@@ -1,0 +1,216 @@
+"""sft-lower: sft -> linalg-on-tensors, the form IREE takes as input.
+
+Each sft op becomes the linalg it stands for: a contraction that matches a named op (matmul,
+batch_matmul, conv_2d_nchw_fchw) becomes that named op, since IREE picks its strategies by them;
+other maps, reductions and contractions become linalg.generic; views become transpose, broadcast,
+expand/collapse_shape, extract_slice or pad. Raising and then lowering gives back the program
+IREE would have compiled from the original. Every lowered op keeps an `sft.op` attribute with its
+position among the sft ops, so that a plan can find its kernels afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import dialect
+from ..errors import SftError
+from ..ir import linalg, tensor, tm, where
+from . import indexing as ix
+from .common import element_type, functions, map_list, maps_attr, move_body, ops_of, replace_op, static_shape
+
+OP_ID = "sft.op"
+INT_COMBINERS = {"add": "arith.addi", "mul": "arith.muli", "max": "arith.maxsi", "min": "arith.minsi",
+                 "and": "arith.andi", "or": "arith.ori"}
+FLOAT_COMBINERS = {"add": "arith.addf", "mul": "arith.mulf", "max": "arith.maximumf",
+                   "min": "arith.minimumf", "maxnum": "arith.maxnumf", "minnum": "arith.minnumf"}
+
+
+def _iterators(domain_rank: int, out_map) -> "tm.ArrayAttr":
+    parallel = {ix.plain_dim(e) for e in out_map.results}
+    return tm.ArrayAttr.get([tm.Attribute.parse(
+        f"#linalg.iterator_type<{'parallel' if i in parallel else 'reduction'}>")
+        for i in range(domain_rank)])
+
+
+def _empty(result_type):
+    ty = tm.RankedTensorType(result_type)
+    return tensor.EmptyOp(list(ty.shape), ty.element_type).result
+
+
+def _linalg_index(dim):
+    return linalg.IndexOp(dim)
+
+
+def _combine(kind: str, ty, lhs, rhs):
+    table = FLOAT_COMBINERS if isinstance(ty, tm.FloatType) else INT_COMBINERS
+    if kind not in table:
+        raise SftError(f"reduction kind '{kind}' is not defined for {ty}")
+    return tm.Operation.create(table[kind], results=[ty], operands=[lhs, rhs]).results[0]
+
+
+def _generic(op, ins, maps, out, out_map, domain, body_block, combine=None):
+    """linalg.generic over `domain`; the body is `body_block`'s ops, then `combine(value, acc)`."""
+    # linalg infers loop bounds from operand shapes: a loop that no operand indexes plainly (a
+    # pooling window) gets a shape-only tensor.empty operand, as linalg's own pooling ops do.
+    seen = {ix.plain_dim(e) for m in maps + [out_map] for e in m.results}
+    hidden = [i for i in range(len(domain)) if i not in seen]
+    extra = []
+    if hidden:
+        extra = [tensor.EmptyOp([domain[i] for i in hidden], element_type(out)).result]
+        maps = maps + [ix.affine_map(len(domain), [ix.d(i) for i in hidden])]
+    result_type = out.type
+    generic = linalg.GenericOp([result_type], list(ins) + extra, [out], maps_attr(maps + [out_map]),
+                               _iterators(len(domain), out_map))
+    arg_types = [element_type(v) for v in list(ins) + extra + [out]]
+    block = generic.regions[0].blocks.append(*arg_types)
+    args = list(block.arguments)
+    if body_block is None:  # a contraction
+        with tm.InsertionPoint(block):
+            ty = element_type(out)
+            mul = "arith.mulf" if isinstance(ty, tm.FloatType) else "arith.muli"
+            prod = tm.Operation.create(mul, results=[ty], operands=args[:2]).results[0]
+            linalg.YieldOp([_combine("add", ty, prod, args[-1])])
+        return generic
+    terminator = ops_of(body_block)[-1]
+    value = terminator.operands[0]
+    arg_map = dict(zip(body_block.arguments, args))
+    value = arg_map.get(value, value)
+    move_body(body_block, block, arg_map, skip=[terminator], rename={"sft.index": _linalg_index})
+    with tm.InsertionPoint(block):
+        if combine is not None:
+            value = _combine(combine, element_type(out), value, args[-1])
+        linalg.YieldOp([value])
+    return generic
+
+
+def _named_contraction(lhs, rhs, init, maps, domain):
+    """The named linalg op a contraction is, or None."""
+    text = [str(m) for m in maps]
+    if text == ["(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d2, d1)", "(d0, d1, d2) -> (d0, d1)"]:
+        return linalg.matmul(lhs, rhs, outs=[init])
+    if text == ["(d0, d1, d2, d3) -> (d0, d1, d3)", "(d0, d1, d2, d3) -> (d0, d3, d2)",
+                "(d0, d1, d2, d3) -> (d0, d1, d2)"]:
+        return linalg.batch_matmul(lhs, rhs, outs=[init])
+    if len(domain) == 7 and text[1:] == ["(d0, d1, d2, d3, d4, d5, d6) -> (d1, d4, d5, d6)",
+                                         "(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3)"]:
+        forms = [ix.linear_form(e) for e in maps[0].results]
+        if forms[:2] == [({0: 1}, 0), ({4: 1}, 0)] and all(f and f[1] == 0 for f in forms[2:]):
+            (y, ky), (x, kx) = (sorted(f[0].items()) for f in forms[2:])
+            if y[0] == 2 and ky[0] == 5 and x[0] == 3 and kx[0] == 6:
+                return linalg.conv_2d_nchw_fchw(lhs, rhs, outs=[init], strides=[y[1], x[1]],
+                                                dilations=[ky[1], kx[1]])
+    return None
+
+
+def _lower_view(op):
+    source, pad = dialect.inputs(op)[0], dialect.padding(op)
+    view_map = tm.AffineMapAttr(op.attributes["map"]).value
+    src, dst = static_shape(source), static_shape(op.results[0])
+    result_type = op.results[0].type
+    if pad is not None:
+        forms = [ix.linear_form(e) for e in view_map.results]
+        if len(src) != len(dst) or any(f is None or f[0] != {i: 1} for i, f in enumerate(forms)):
+            raise SftError("a padded view must shift each dim: (d0, ..) -> (d0 - low0, ..)", where(op.location))
+        low = [-f[1] for f in forms]
+        high = [dst[i] - src[i] - low[i] for i in range(len(src))]
+        pad_op = tensor.PadOp(result_type, source, [], [], low, high)
+        block = pad_op.regions[0].blocks.append(*[tm.IndexType.get()] * len(src))
+        with tm.InsertionPoint(block):
+            tensor.YieldOp(pad)
+        return pad_op
+    reshape = ix.reshape_groups(view_map, src, dst)
+    if reshape is not None:
+        kind, groups = reshape
+        reassociation = tm.ArrayAttr.get([tm.ArrayAttr.get(
+            [tm.IntegerAttr.get(tm.IntegerType.get_signless(64), i) for i in g]) for g in groups])
+        if kind == "expand":
+            return tensor.ExpandShapeOp(result_type, source, reassociation, [], dst)
+        return tensor.CollapseShapeOp(result_type, source, reassociation)
+    dims = [ix.plain_dim(e) for e in view_map.results]
+    if (None not in dims and len(set(dims)) == len(dims)
+            and all(src[j] == dst[dim] for j, dim in enumerate(dims))):
+        init = _empty(result_type)
+        if len(dims) == len(dst):  # a permutation
+            return linalg.transpose(source, outs=[init], permutation=[dims.index(i) for i in range(len(dst))])
+        if dims == sorted(dims):
+            return linalg.broadcast(source, outs=[init], dimensions=[i for i in range(len(dst)) if i not in dims])
+        identity = tm.AffineMap.get_identity(len(dst))
+        generic = linalg.GenericOp([result_type], [source], [init], maps_attr([view_map, identity]),
+                                   _iterators(len(dst), identity))
+        block = generic.regions[0].blocks.append(element_type(source), element_type(init))
+        with tm.InsertionPoint(block):
+            linalg.YieldOp([block.arguments[0]])
+        return generic
+    offsets, sizes, strides, r = [], [], [], 0
+    for expr in view_map.results:
+        form = ix.linear_form(expr)
+        if form is None or len(form[0]) > 1:
+            raise SftError(f"view map {view_map} is not a transpose, broadcast, reshape, slice or pad",
+                           where(op.location))
+        if form[0]:
+            (dim, stride), = form[0].items()
+            if dim != r:
+                raise SftError(f"view map {view_map} reorders dims while slicing", where(op.location))
+            offsets.append(form[1]), sizes.append(dst[r]), strides.append(stride)
+            r += 1
+        else:
+            offsets.append(form[1]), sizes.append(1), strides.append(1)
+    return tensor.ExtractSliceOp(result_type, source, [], [], [], offsets, sizes, strides)
+
+
+def lower_op(op):
+    """Build the linalg for one sft op before it; returns the op whose results replace it."""
+    if op.name == "sft.view":
+        return _lower_view(op)
+    if op.name == "sft.map":
+        ins = dialect.inputs(op)
+        body = op.regions[0].blocks[0]
+        terminator = ops_of(body)[-1]
+        if not ins and len(ops_of(body)) == 1 and terminator.operands[0].owner != body:
+            return linalg.fill(terminator.operands[0], outs=[_empty(op.results[0].type)])
+        out = _empty(op.results[0].type)
+        rank = len(static_shape(op.results[0]))
+        identity = tm.AffineMap.get_identity(rank)
+        return _generic(op, ins, map_list(op.attributes["maps"]), out, identity, [0] * rank, body)
+    maps = map_list(op.attributes["maps"])
+    domain = list(tm.DenseI64ArrayAttr(op.attributes["domain"]))
+    ins, init = dialect.inputs(op), dialect.init(op)
+    if op.name == "sft.contract":
+        named = _named_contraction(*ins, init, maps, domain)
+        if named is not None:
+            return named
+        return _generic(op, ins, maps[:-1], init, maps[-1], domain, None)
+    kind = tm.StringAttr(op.attributes["kind"]).value
+    return _generic(op, ins, maps[:-1], init, maps[-1], domain, op.regions[0].blocks[0], combine=kind)
+
+
+def lower_block(block) -> None:
+    index = 0
+    for op in ops_of(block):
+        if op.name == "sft.opaque":
+            inner = op.regions[0].blocks[0]
+            terminator = ops_of(inner)[-1]
+            for inner_op in ops_of(inner)[:-1]:
+                inner_op.move_before(op)
+            for old, new in zip(op.results, terminator.operands):
+                old.replace_all_uses_with(new)
+            op.erase()
+        elif op.name in dialect.COMPUTE_OPS:
+            with tm.InsertionPoint(op), op.location:
+                new = lower_op(op)
+            new = new.owner if isinstance(new, tm.Value) else new.operation
+            new.attributes[OP_ID] = tm.IntegerAttr.get(tm.IntegerType.get_signless(64), index)
+            index += 1
+            replace_op(op, new)
+
+
+@dataclass(frozen=True)
+class LowerPass:
+    """sft -> linalg-on-tensors (see module doc)."""
+
+    name = "sft-lower"
+
+    def __call__(self, module) -> None:
+        with module.context, tm.Location.unknown():
+            for func in functions(module):
+                lower_block(func.regions[0].blocks[0])
