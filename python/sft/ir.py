@@ -28,7 +28,10 @@ _LOC = re.compile(r'loc\("(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)\)')
 def where(location) -> str | None:
     """`file:line:col` of an MLIR location (the innermost file location in it), or None."""
     match = _LOC.search(str(location))
-    return f"{match['file']}:{match['line']}:{match['col']}" if match else None
+    if not match:
+        return None
+    name = "<input>" if match["file"] == "-" else match["file"]  # text parsed from memory
+    return f"{name}:{match['line']}:{match['col']}"
 
 
 def sft_context() -> tm.Context:
@@ -45,18 +48,23 @@ def _mlir_error(exc: Exception, filename: str) -> SftError:
     if diagnostics:
         diag = diagnostics[0]
         loc = where(diag.location)
-        if loc and loc.startswith("-:"):  # the bindings parse text under the name "-"
-            loc = filename + loc[1:]
+        if loc and loc.startswith("<input>:"):
+            loc = filename + loc[len("<input>"):]
         return SftError(diag.message, loc)
     text = str(exc).splitlines()
     return SftError(text[1].strip() if len(text) > 1 else text[0], filename)
 
 
 def parse(ctx, text: str, filename: str = "<input>"):
-    """Parse MLIR text in `ctx`; malformed input raises SftError with file:line:col."""
+    """Parse MLIR text in `ctx`; malformed input raises SftError with file:line:col.
+
+    When `filename` is the file the text came from, op locations name it."""
     module_cls = tm.Module if isinstance(ctx, tm.Context) else iree_ir.Module
     with ctx:
         try:
+            path = Path(filename)
+            if filename and path.is_file() and path.read_text() == text:
+                return module_cls.parseFile(str(path))
             return module_cls.parse(text)
         except Exception as exc:  # MLIRError
             raise _mlir_error(exc, filename) from None

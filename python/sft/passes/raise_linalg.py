@@ -257,7 +257,8 @@ def _raise_view(op) -> bool:
 
 def raise_block(block) -> None:
     for op in ops_of(block):
-        if op.name in PASSIVE or not any(tensor_type(r) is not None for r in op.results):
+        if (op.name in PASSIVE or op.name.startswith("sft.")
+                or not any(tensor_type(r) is not None for r in op.results)):
             continue
         if op.name == "linalg.generic":
             leftover = _raise_generic(op)

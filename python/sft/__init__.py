@@ -1,0 +1,12 @@
+"""sft: a search-based tensor compiler on MLIR and IREE.
+
+    import sft
+    compiled = sft.compile(torch_module, example_inputs)
+    out = compiled(*example_inputs)
+"""
+
+from .api import CompiledModel, compile  # noqa: F401  (shadows the builtin inside this package only)
+from .errors import IllegalPlan, SftError  # noqa: F401
+from .plan import Plan, TileConfig  # noqa: F401
+
+__version__ = "0.1.0"

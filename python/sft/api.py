@@ -1,0 +1,139 @@
+"""`sft.compile`: a model in, a callable out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import ir
+from .backend import compile_module, load
+from .backend.iree import Artifact
+from .errors import SftError
+from .importers import import_mlir_file, import_mlir_text, import_torch
+from .passes import LowerPass, RaisePass, VerifyPass
+from .passes.apply_plan import ApplyPlanPass
+from .plan import Plan
+
+
+@dataclass
+class Stages:
+    """The program's text at each step, kept when `keep_ir=True`."""
+
+    linalg: str = ""
+    sft: str = ""
+    lowered: str = ""
+    planned: str = ""
+
+
+def to_sft(linalg_text: str, filename: str = "<input>"):
+    """Parse linalg text into sft's context and raise it; returns the module."""
+    module = ir.parse(ir.sft_context(), linalg_text, filename)
+    ir.verify(module, filename)
+    RaisePass()(module)  # sft ops already in the input stay as they are
+    VerifyPass()(module)
+    return module
+
+
+def lower(sft_module, plan: Plan) -> tuple[str, str]:
+    """sft -> linalg text, then the plan imposed in IREE's context; returns (lowered, planned)."""
+    LowerPass()(sft_module)
+    lowered = ir.print_module(sft_module)
+    iree_module = ir.parse(ir.iree_ir.Context(), lowered, "")
+    ApplyPlanPass(plan)(iree_module)
+    return lowered, ir.print_module(iree_module)
+
+
+def count_opaque(sft_text: str) -> int:
+    return sft_text.count('"sft.opaque"')
+
+
+@dataclass
+class CompiledModel:
+    """A compiled program. Call it with torch tensors or numpy arrays, in the order of the
+    example inputs; it returns the same kind (one value, or a tuple when there are several)."""
+
+    artifact: Artifact
+    plan: Plan
+    input_specs: list[tuple[tuple[int, ...], np.dtype]]
+    stages: Stages = field(default_factory=Stages)
+    opaque_ops: int = 0
+
+    def __post_init__(self):
+        self._loaded = load(self.artifact)
+
+    @property
+    def dispatch_count(self) -> int:
+        return self.artifact.dispatch_count
+
+    def __call__(self, *args):
+        if len(args) != len(self.input_specs):
+            raise SftError(f"expected {len(self.input_specs)} inputs, got {len(args)}")
+        torch_out = False
+        arrays = []
+        for i, (arg, (shape, dtype)) in enumerate(zip(args, self.input_specs)):
+            if hasattr(arg, "detach"):  # a torch tensor
+                torch_out = True
+                arg = arg.detach().cpu().numpy()
+            arr = np.asarray(arg)
+            if tuple(arr.shape) != shape or arr.dtype != dtype:
+                raise SftError(f"input {i}: expected {dtype}{list(shape)}, got {arr.dtype}{list(arr.shape)}")
+            arrays.append(np.ascontiguousarray(arr))
+        outs = self._loaded(*arrays)
+        if torch_out:
+            import torch
+
+            outs = [torch.from_numpy(o.copy()) for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _input_specs(example_inputs) -> list[tuple[tuple[int, ...], np.dtype]]:
+    specs = []
+    for x in example_inputs:
+        arr = x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+        specs.append((tuple(arr.shape), arr.dtype))
+    return specs
+
+
+def _specs_from_mlir(text: str) -> list[tuple[tuple[int, ...], np.dtype]]:
+    module = ir.parse(ir.sft_context(), text, "")
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            specs = []
+            for arg in op.regions[0].blocks[0].arguments:
+                ty = ir.tm.RankedTensorType(arg.type)
+                specs.append((tuple(ty.shape), np.dtype(_NP_TYPES.get(str(ty.element_type), "float32"))))
+            return specs
+    raise SftError("the module has no func.func")
+
+
+_NP_TYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "i64": "int64", "i32": "int32",
+             "i1": "bool", "i8": "int8"}
+
+
+def linalg_of(model, example_inputs=()) -> tuple[str, str]:
+    """(linalg text, a name for error messages) for a torch module, MLIR text or an .mlir path."""
+    if isinstance(model, Path) or (isinstance(model, str) and model.endswith(".mlir") and "\n" not in model):
+        return import_mlir_file(model), str(model)
+    if isinstance(model, str):
+        return import_mlir_text(model), "<input>"
+    return import_torch(model, example_inputs), type(model).__name__
+
+
+def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = None,
+            keep_ir: bool = False) -> CompiledModel:
+    """Compile a torch.nn.Module (with example inputs), MLIR text or an .mlir file for `target`.
+
+    The model goes to linalg, is raised to sft, lowered with `plan` (empty: IREE decides
+    everything), compiled by IREE and loaded. `keep_ir` keeps the text of every stage.
+    """
+    plan = plan or Plan()
+    linalg_text, name = linalg_of(model, example_inputs)
+    sft_module = to_sft(linalg_text, name)
+    sft_text = ir.print_module(sft_module)
+    lowered, planned = lower(sft_module, plan)
+    artifact = compile_module(planned, target, plan.flags)
+    specs = _input_specs(example_inputs) if example_inputs else _specs_from_mlir(linalg_text)
+    stages = Stages(linalg_text, sft_text, lowered, planned) if keep_ir else Stages()
+    return CompiledModel(artifact, plan, specs, stages, count_opaque(sft_text))

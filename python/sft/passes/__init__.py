@@ -1,0 +1,9 @@
+"""sft's passes. Each is a frozen dataclass whose fields are its options; `PASSES` names them."""
+
+from .lower import LowerPass
+from .raise_linalg import RaisePass
+from .verify import VerifyPass
+
+PASSES = {p.name: p for p in (RaisePass, LowerPass, VerifyPass)}
+
+__all__ = ["PASSES", "LowerPass", "RaisePass", "VerifyPass"]

@@ -1,0 +1,63 @@
+"""A plan: every lowering decision for one program, as a frozen record that hashes and replays.
+
+Ops are named by their position among the program's sft compute ops (the `sft.op` id that
+sft-lower stamps on what it produces). An empty plan leaves every decision to IREE.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Tile sizes at each level IREE's CPU pipeline exposes, one entry per loop of the root op."""
+
+    distribution: tuple[int, ...]
+    vector_common_parallel: tuple[int, ...]
+    vector_reduction: tuple[int, ...]
+    pipeline: str = "DoubleTilingExpert"
+
+    def attribute(self) -> str:
+        """The #iree_codegen.compilation_info text that imposes this config on a linalg op."""
+        def ints(xs):
+            return "[" + ", ".join(map(str, xs)) + "]"
+        return ("#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<"
+                f"distribution = {ints(self.distribution)}, "
+                f"vector_common_parallel = {ints(self.vector_common_parallel)}, "
+                f"vector_reduction = {ints(self.vector_reduction)}>, "
+                "translation_info = #iree_codegen.translation_info<pipeline = "
+                f"#iree_cpu.pipeline<{self.pipeline}>>>")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """groups: the fusion partition (ops not in any group are left to IREE's own fusion);
+    tiles: (op id, TileConfig) for kernel roots; flags: extra iree-compile options."""
+
+    groups: tuple[tuple[int, ...], ...] = ()
+    tiles: tuple[tuple[int, TileConfig], ...] = ()
+    flags: tuple[str, ...] = field(default=())
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.groups or self.tiles or self.flags)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> "Plan":
+        data = json.loads(text)
+        return Plan(
+            groups=tuple(tuple(g) for g in data.get("groups", ())),
+            tiles=tuple((int(i), TileConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                                for k, v in cfg.items()}))
+                        for i, cfg in data.get("tiles", ())),
+            flags=tuple(data.get("flags", ())),
+        )
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]

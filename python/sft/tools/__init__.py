@@ -1,0 +1,1 @@
+"""Command-line tools; each is a thin `main()` over the package."""

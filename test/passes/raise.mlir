@@ -1,0 +1,59 @@
+// RUN: sft-opt --sft-raise %s | filecheck %s
+// sft-raise states linalg as sft: contractions, maps, reductions and views, with no
+// destinations left and transposes/broadcasts folded into index maps.
+
+// CHECK-LABEL: func.func @linear
+func.func @linear(%x: tensor<8x64xf32>, %w: tensor<128x64xf32>, %b: tensor<128xf32>) -> tensor<8x128xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<64x128xf32>
+  // CHECK: %[[WT:.*]] = "sft.view"(%arg1) {map = #[[T:.*]]} : (tensor<128x64xf32>) -> tensor<64x128xf32>
+  %wt = linalg.transpose ins(%w : tensor<128x64xf32>) outs(%e0 : tensor<64x128xf32>) permutation = [1, 0]
+  %e1 = tensor.empty() : tensor<8x128xf32>
+  // CHECK: %[[Z:.*]] = "sft.map"() ({
+  // CHECK-NEXT: gpu.yield %{{.*}} : f32
+  %fill = linalg.fill ins(%zero : f32) outs(%e1 : tensor<8x128xf32>) -> tensor<8x128xf32>
+  // CHECK: %[[MM:.*]] = "sft.contract"(%arg0, %[[WT]], %[[Z]]) {domain = array<i64: 8, 128, 64>
+  %mm = linalg.matmul ins(%x, %wt : tensor<8x64xf32>, tensor<64x128xf32>) outs(%fill : tensor<8x128xf32>) -> tensor<8x128xf32>
+  // CHECK: "sft.map"(%[[MM]], %arg2) ({
+  // CHECK: arith.addf
+  // CHECK: gpu.yield
+  // CHECK-NOT: linalg.
+  %y = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+                       iterator_types = ["parallel", "parallel"]}
+      ins(%mm, %b : tensor<8x128xf32>, tensor<128xf32>) outs(%e1 : tensor<8x128xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %s = arith.addf %in, %in_0 : f32
+    linalg.yield %s : f32
+  } -> tensor<8x128xf32>
+  return %y : tensor<8x128xf32>
+}
+
+// CHECK-LABEL: func.func @row_max_and_reshape
+func.func @row_max_and_reshape(%x: tensor<4x32xf32>) -> tensor<4x1xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %e = tensor.empty() : tensor<4xf32>
+  %init = linalg.fill ins(%ninf : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+  // CHECK: "sft.reduce"(%arg0, %{{.*}}) ({
+  // CHECK-NEXT: ^bb0(%[[A:.*]]: f32):
+  // CHECK-NEXT: gpu.yield %[[A]] : f32
+  // CHECK: kind = "max"
+  %m = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>],
+                      iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<4x32xf32>) outs(%init : tensor<4xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %r = arith.maximumf %in, %out : f32
+    linalg.yield %r : f32
+  } -> tensor<4xf32>
+  // CHECK: "sft.view"(%{{.*}}) {map = #{{.*}}} : (tensor<4xf32>) -> tensor<4x1xf32>
+  %ex = tensor.expand_shape %m [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32>
+  return %ex : tensor<4x1xf32>
+}
+
+// CHECK-LABEL: func.func @unsupported_is_carried
+func.func @unsupported_is_carried(%a: tensor<2xf32>) -> tensor<4xf32> {
+  // CHECK: "sft.opaque"() ({
+  // CHECK-NEXT: tensor.concat
+  // CHECK-NEXT: gpu.yield
+  %c = tensor.concat dim(0) %a, %a : (tensor<2xf32>, tensor<2xf32>) -> tensor<4xf32>
+  return %c : tensor<4xf32>
+}
