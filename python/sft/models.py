@@ -59,7 +59,7 @@ class GPT2Block(nn.Module):
         pos = torch.arange(t, device=idx.device)
         x = self.tok(idx) + self.pos(pos)
         x = x + self.attn(self.ln1(x))
-        x = x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+        x = x + self.out(F.gelu(self.fc(self.ln2(x))))
         return self.head(self.ln_f(x))
 
 

@@ -1,0 +1,46 @@
+"""Plans: fusion groups become dispatch regions, tiles become compilation_info, both replay."""
+
+import numpy as np
+import pytest
+import torch
+
+import sft
+from sft.errors import IllegalPlan
+from sft.models import SUITE
+from sft.plan import Plan, TileConfig
+
+MLP_TILES = TileConfig((8, 64, 0), (8, 16, 0), (0, 0, 16))
+
+
+def test_plan_json_roundtrip_and_hash():
+    plan = Plan(groups=((0, 1, 2, 3),), tiles=((2, MLP_TILES),), flags=("--iree-opt-data-tiling",))
+    again = Plan.from_json(plan.to_json())
+    assert again == plan and hash(again) == hash(plan) and again.digest() == plan.digest()
+    assert Plan().is_empty and not plan.is_empty
+
+
+def test_groups_and_tiles_change_the_program_not_the_numbers():
+    case = SUITE["mlp"]
+    model, inputs = case.build(), case.inputs()
+    plan = Plan(groups=((0, 1, 2, 3), (4,), (5, 6, 7, 8)), tiles=((2, MLP_TILES),))
+    compiled = sft.compile(model, inputs, plan=plan, keep_ir=True)
+    assert compiled.stages.planned.count("flow.dispatch.region") == 3
+    assert "compilation_info" in compiled.stages.planned
+    default = sft.compile(model, inputs)
+    assert compiled.dispatch_count != default.dispatch_count  # the partition was imposed
+    with torch.no_grad():
+        expected = model(*inputs).numpy()
+    np.testing.assert_allclose(compiled(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_plan_naming_missing_op_is_illegal():
+    case = SUITE["linear"]
+    with pytest.raises(IllegalPlan, match="does not have"):
+        sft.compile(case.build(), case.inputs(), plan=Plan(groups=((0, 99),)))
+
+
+def test_non_convex_group_is_illegal():
+    case = SUITE["mlp"]
+    # op 2 (first matmul) and op 7 (second matmul) without what lies between them
+    with pytest.raises(IllegalPlan, match="not convex"):
+        sft.compile(case.build(), case.inputs(), plan=Plan(groups=((2, 7),)))
