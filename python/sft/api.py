@@ -9,12 +9,16 @@ import numpy as np
 
 from . import ir
 from .backend import compile_module, load
+from .backend.timing import time_calls
 from .backend.iree import Artifact
 from .errors import SftError
 from .importers import import_mlir_file, import_mlir_text, import_torch
 from .passes import LowerPass, RaisePass, VerifyPass
 from .passes.apply_plan import ApplyPlanPass
 from .plan import Plan
+from .cost.targets import describe
+from .search import SearchReport, search_kernels
+from .space.kernels import contraction_kernels
 
 
 @dataclass
@@ -59,6 +63,7 @@ class CompiledModel:
     input_specs: list[tuple[tuple[int, ...], np.dtype]]
     stages: Stages = field(default_factory=Stages)
     opaque_ops: int = 0
+    search: SearchReport | None = None
 
     def __post_init__(self):
         self._loaded = load(self.artifact)
@@ -121,19 +126,71 @@ def linalg_of(model, example_inputs=()) -> tuple[str, str]:
     return import_torch(model, example_inputs), type(model).__name__
 
 
+def model_plan(sft_module, target: str) -> tuple[Plan, SearchReport]:
+    """The plan the cost model predicts fastest: the best tiles per contraction kernel."""
+    report = search_kernels(contraction_kernels(sft_module), describe(target))
+    tiles = tuple((c.kernel.op_id, c.space.config(c.best)) for c in report.choices if c.best != 0)
+    return Plan(tiles=tiles), report
+
+
+def verified_plan(sft_text: str, report: SearchReport, target: str, specs, top_k: int = 3,
+                  rounds: int = 5, calls: int = 10) -> Plan:
+    """Measure each kernel's top-k predicted candidates beside IREE's default (the other
+    kernels left at default) and keep the fastest measured; a candidate IREE refuses is
+    recorded as failed and skipped."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
+              else np.zeros(shape, dtype) for shape, dtype in specs]
+    tiles = []
+    for choice in report.choices:
+        runners = {}
+        for index in dict.fromkeys([*choice.ranked[:top_k], 0]):
+            config = choice.space.config(index)
+            plan = Plan(tiles=((choice.kernel.op_id, config),)) if config else Plan()
+            try:
+                fn = load(compile_module(lower(to_sft(sft_text), plan)[1], target))
+            except SftError:
+                report.failed.append((choice.kernel.op_id, index))
+                continue
+            runners[index] = (lambda f: lambda: f(*arrays))(fn)
+        measured = time_calls(runners, rounds, calls)
+        report.measured[choice.kernel.op_id] = measured
+        best = min(measured, key=measured.get)
+        if best != 0:
+            tiles.append((choice.kernel.op_id, choice.space.config(best)))
+    return Plan(tiles=tuple(tiles))
+
+
 def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = None,
-            keep_ir: bool = False) -> CompiledModel:
+            search: str = "none", keep_ir: bool = False) -> CompiledModel:
     """Compile a torch.nn.Module (with example inputs), MLIR text or an .mlir file for `target`.
 
-    The model goes to linalg, is raised to sft, lowered with `plan` (empty: IREE decides
-    everything), compiled by IREE and loaded. `keep_ir` keeps the text of every stage.
+    The model goes to linalg, is raised to sft, lowered with a plan, compiled by IREE and loaded.
+    The plan is `plan` if given; else with search="model" the cost model's best; else empty
+    (IREE decides everything). `keep_ir` keeps the text of every stage.
     """
-    plan = plan or Plan()
+    if search not in ("none", "model", "verify"):
+        raise SftError(f"search must be 'none', 'model' or 'verify', not {search!r}")
     linalg_text, name = linalg_of(model, example_inputs)
     sft_module = to_sft(linalg_text, name)
     sft_text = ir.print_module(sft_module)
-    lowered, planned = lower(sft_module, plan)
-    artifact = compile_module(planned, target, plan.flags)
+    report = None
     specs = _input_specs(example_inputs) if example_inputs else _specs_from_mlir(linalg_text)
+    if plan is None and search != "none" and target == "host":
+        plan, report = model_plan(sft_module, target)
+        if search == "verify":
+            plan = verified_plan(sft_text, report, target, specs)
+            sft_module = to_sft(sft_text)
+    plan = plan or Plan()
+    lowered, planned = lower(sft_module, plan)
+    try:
+        artifact = compile_module(planned, target, plan.flags)
+    except SftError:
+        if report is None:
+            raise
+        # A searched plan that IREE refuses is discarded, never fatal: fall back to IREE's choice.
+        plan, report.fallback = Plan(), True
+        _, planned = lower(to_sft(linalg_text, name), plan)
+        artifact = compile_module(planned, target)
     stages = Stages(linalg_text, sft_text, lowered, planned) if keep_ir else Stages()
-    return CompiledModel(artifact, plan, specs, stages, count_opaque(sft_text))
+    return CompiledModel(artifact, plan, specs, stages, count_opaque(sft_text), report)

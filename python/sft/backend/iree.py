@@ -116,6 +116,19 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+_CONFIGS: dict[str, object] = {}
+
+
+def _config(driver: str):
+    """One runtime config (device and thread pool) per driver and process, shared by every
+    loaded module, so that modules timed side by side do not compete with each other's workers."""
+    import iree.runtime as rt
+
+    if driver not in _CONFIGS:
+        _CONFIGS[driver] = rt.Config(driver)
+    return _CONFIGS[driver]
+
+
 class Loaded:
     """A compiled module loaded in the IREE runtime: call it with numpy arrays."""
 
@@ -123,8 +136,7 @@ class Loaded:
         import iree.runtime as rt
 
         self.artifact = artifact
-        config = rt.Config(artifact.target.driver)
-        self._ctx = rt.SystemContext(config=config)
+        self._ctx = rt.SystemContext(config=_config(artifact.target.driver))
         self._ctx.add_vm_module(rt.VmModule.copy_buffer(self._ctx.instance, artifact.vmfb))
         self._fn = self._ctx.modules.module[entry]
 

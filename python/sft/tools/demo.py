@@ -7,29 +7,14 @@ are medians over interleaved rounds, so the three see the same machine load.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
 import numpy as np
 
 from ..api import compile as sft_compile, linalg_of
 from ..backend import compile_module, load
+from ..backend.timing import time_calls
 from ..models import SUITE
-
-
-def time_calls(fns: dict, rounds: int, calls: int) -> dict[str, float]:
-    """Median seconds per call of each fn, rounds interleaved across fns."""
-    samples = {k: [] for k in fns}
-    for fn in fns.values():
-        fn()  # warm up
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            samples[name].append((time.perf_counter() - start) / calls)
-    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def run_model(name: str, rounds: int, calls: int) -> dict:

@@ -1,0 +1,1 @@
+"""Target descriptions as data, and the analytical cost model that reads them."""

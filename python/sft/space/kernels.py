@@ -1,0 +1,87 @@
+"""Kernels the search can tile: the contraction roots of an sft program, as plain data."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from .. import dialect
+from ..ir import tm
+from ..passes import indexing as ix
+from ..passes.common import element_type, functions, map_list, ops_of
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One contraction: its loop extents and the role of each loop.
+
+    roles: per loop, "m" (rows of the result), "n" (result columns, the contiguous dim), "k"
+    (summed), or "b" (any other parallel loop: batch, tiled by 1)."""
+
+    op_id: int
+    domain: tuple[int, ...]
+    roles: tuple[str, ...]
+    element_bytes: int
+    maps: tuple[str, ...]
+
+    @property
+    def m(self) -> int:
+        return _extent(self, "m")
+
+    @property
+    def n(self) -> int:
+        return _extent(self, "n")
+
+    @property
+    def k(self) -> int:
+        return _extent(self, "k")
+
+    @property
+    def batch(self) -> int:
+        return _extent(self, "b")
+
+    def key(self) -> str:
+        """Canonical hash of what the kernel computes (ops, shapes, dtypes), for the tuning DB."""
+        text = f"contract|{self.domain}|{self.roles}|{self.element_bytes}|{self.maps}"
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _extent(kernel: Kernel, role: str) -> int:
+    out = 1
+    for size, r in zip(kernel.domain, kernel.roles):
+        if r == role:
+            out *= size
+    return out
+
+
+def contraction_kernels(module) -> list[Kernel]:
+    """Contractions whose loops split into batch, m, n and k (matmul-like); others keep IREE's
+    own configuration. op ids count sft compute ops in order, as sft-lower stamps them."""
+    kernels, op_id = [], 0
+    for func in functions(module):
+        for op in ops_of(func.regions[0].blocks[0]):
+            if op.name not in dialect.COMPUTE_OPS:
+                continue
+            if op.name == "sft.contract":
+                kernel = _classify(op, op_id)
+                if kernel is not None:
+                    kernels.append(kernel)
+            op_id += 1
+    return kernels
+
+
+def _classify(op, op_id: int) -> Kernel | None:
+    maps = map_list(op.attributes["maps"])
+    domain = tuple(tm.DenseI64ArrayAttr(op.attributes["domain"]))
+    out_dims = [ix.plain_dim(e) for e in maps[-1].results]
+    if None in out_dims or len(out_dims) < 2 or any(ix.plain_dim(e) is None for m in maps for e in m.results):
+        return None  # convolutions and other non-plain contractions
+    roles = ["k"] * len(domain)
+    for dim in out_dims:
+        roles[dim] = "b"
+    roles[out_dims[-1]], roles[out_dims[-2]] = "n", "m"
+    if roles.count("k") != 1:
+        return None
+    width = tm.FloatType(element_type(op.results[0])).width if isinstance(
+        element_type(op.results[0]), tm.FloatType) else 32
+    return Kernel(op_id, domain, tuple(roles), width // 8, tuple(str(m) for m in maps))
