@@ -5,6 +5,7 @@ The dialect itself is declared in dialects/sft.irdl.mlir; `ir.sft_context()` loa
 
 from __future__ import annotations
 
+from .errors import SftError
 from .ir import tm
 
 INPUT_SLOTS = 8  # in0..in7 in sft.irdl.mlir
@@ -14,7 +15,7 @@ COMPUTE_OPS = ("sft.map", "sft.reduce", "sft.contract", "sft.view")
 
 def _segments(count: int, slots: int, tail: int = 0):
     if count > slots:
-        raise ValueError(f"{count} values exceed the dialect's {slots} slots")
+        raise SftError(f"an sft op holds at most {slots} operands or results here, not {count}")
     return tm.DenseI32ArrayAttr.get([1] * count + [0] * (slots - count) + [1] * tail)
 
 

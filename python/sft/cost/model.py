@@ -14,8 +14,8 @@ import numpy as np
 from ..space.kernels import Kernel
 from .targets import TargetDesc
 
-# IREE's own CPU choice for a matmul on AVX-512 hosts, as `--compile-to=executable-configurations`
-# shows it for f32 matmuls of these sizes; scored as row 0 of every space.
+# A stand-in for IREE's own CPU choice, scored as row 0 of every space. It is an assumption, not
+# yet read from IREE (`--compile-to=executable-configurations` would tell the real one).
 IREE_DEFAULT = (64, 64, 8, 32, 1)
 
 
