@@ -1,7 +1,8 @@
 """Textual pass pipelines that mix sft's Python passes with upstream MLIR passes.
 
 `sft-raise,canonicalize,sft-lower` runs sft-raise, then upstream canonicalize through MLIR's
-PassManager, then sft-lower. Options are xDSL-style: `sft-apply-plan{plan=plan.json}`.
+PassManager, then sft-lower. Upstream passes keep their `{option=value}` syntax; sft's passes
+take no options yet.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ def split_pipeline(text: str) -> list[str]:
     """Split at commas that are not inside (), {} or []."""
     parts, depth, current = [], 0, ""
     for ch in text:
-        depth += ch in "({[" 
+        depth += ch in "({["
         depth -= ch in ")}]"
         if ch == "," and depth == 0:
             parts.append(current.strip())
