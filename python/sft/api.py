@@ -190,7 +190,7 @@ def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = 
             raise
         # A searched plan that IREE refuses is discarded, never fatal: fall back to IREE's choice.
         plan, report.fallback = Plan(), True
-        _, planned = lower(to_sft(linalg_text, name), plan)
+        _, planned = lower(to_sft(sft_text, name), plan)
         artifact = compile_module(planned, target)
     stages = Stages(linalg_text, sft_text, lowered, planned) if keep_ir else Stages()
     return CompiledModel(artifact, plan, specs, stages, count_opaque(sft_text), report)

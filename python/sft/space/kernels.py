@@ -24,34 +24,23 @@ class Kernel:
     element_bytes: int
     maps: tuple[str, ...]
 
-    @property
-    def m(self) -> int:
-        return _extent(self, "m")
+    def extent(self, role: str) -> int:
+        """The product of the loop extents with this role (1 when none has it)."""
+        out = 1
+        for size, r in zip(self.domain, self.roles):
+            if r == role:
+                out *= size
+        return out
 
-    @property
-    def n(self) -> int:
-        return _extent(self, "n")
-
-    @property
-    def k(self) -> int:
-        return _extent(self, "k")
-
-    @property
-    def batch(self) -> int:
-        return _extent(self, "b")
+    m = property(lambda self: self.extent("m"))
+    n = property(lambda self: self.extent("n"))
+    k = property(lambda self: self.extent("k"))
+    batch = property(lambda self: self.extent("b"))
 
     def key(self) -> str:
         """Canonical hash of what the kernel computes (ops, shapes, dtypes), for the tuning DB."""
         text = f"contract|{self.domain}|{self.roles}|{self.element_bytes}|{self.maps}"
         return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-def _extent(kernel: Kernel, role: str) -> int:
-    out = 1
-    for size, r in zip(kernel.domain, kernel.roles):
-        if r == role:
-            out *= size
-    return out
 
 
 def contraction_kernels(module) -> list[Kernel]:
