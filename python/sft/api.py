@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from . import ir
 from .backend import compile_module, load
-from .backend.timing import time_calls
+from .backend import profile
 from .backend.iree import Artifact
 from .errors import SftError
 from .importers import import_mlir_file, import_mlir_text, import_torch
@@ -17,8 +18,11 @@ from .passes import LowerPass, RaisePass, VerifyPass
 from .passes.apply_plan import ApplyPlanPass
 from .plan import Plan
 from .cost.targets import describe
-from .search import SearchReport, search_kernels
+from .measure import target_key, verify
+from .search import SearchReport, search_program
 from .space.kernels import contraction_kernels
+from .space.options import DATA_TILING, option_space
+from .tuning_db import TuningDB
 
 
 @dataclass
@@ -66,7 +70,7 @@ class CompiledModel:
     search: SearchReport | None = None
 
     def __post_init__(self):
-        self._loaded = load(self.artifact)
+        self._loaded = load(self.artifact, driver=self.plan.driver)
 
     @property
     def dispatch_count(self) -> int:
@@ -126,39 +130,44 @@ def linalg_of(model, example_inputs=()) -> tuple[str, str]:
     return import_torch(model, example_inputs), type(model).__name__
 
 
-def model_plan(sft_module, target: str) -> tuple[Plan, SearchReport]:
-    """The plan the cost model predicts fastest: the best tiles per contraction kernel."""
-    report = search_kernels(contraction_kernels(sft_module), describe(target))
-    tiles = tuple((c.kernel.op_id, c.space.config(c.best)) for c in report.choices if c.best != 0)
-    return Plan(tiles=tiles), report
+def search_plan(sft_text: str, target: str) -> tuple[Plan, SearchReport]:
+    """The plan the cost model predicts fastest, and the search's report. IREE's view of the
+    program (its dispatches and default configs, with and without data tiling) is read once."""
+    desc = describe(target)
+    default_text = lower(to_sft(sft_text), Plan())[1]
+    options = option_space(target)
+    profiles = {dt: profile(default_text, target, (DATA_TILING,) * dt)
+                for dt in sorted({o.data_tiling for o in options})}
+    report = search_program(contraction_kernels(to_sft(sft_text)), profiles, desc, options)
+    best = report.ranked[0]
+    tiles = ()
+    if best.options.keeps_tiles:
+        tiles = tuple((c.kernel.op_id, c.space.config(c.best)) for c in best.kernels if c.best != 0)
+    report.chosen = best.options.describe()
+    return Plan(tiles=tiles, flags=best.options.flags, driver=best.options.driver), report
 
 
-def verified_plan(sft_text: str, report: SearchReport, target: str, specs, top_k: int = 3,
-                  rounds: int = 5, calls: int = 10) -> Plan:
-    """Measure each kernel's top-k predicted candidates beside IREE's default (the other
-    kernels left at default) and keep the fastest measured; a candidate IREE refuses is
-    recorded as failed and skipped."""
+def _random_inputs(specs) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
-    arrays = [rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
-              else np.zeros(shape, dtype) for shape, dtype in specs]
-    tiles = []
-    for choice in report.choices:
-        runners = {}
-        for index in dict.fromkeys([*choice.ranked[:top_k], 0]):
-            config = choice.space.config(index)
-            plan = Plan(tiles=((choice.kernel.op_id, config),)) if config else Plan()
-            try:
-                fn = load(compile_module(lower(to_sft(sft_text), plan)[1], target))
-            except SftError:
-                report.failed.append((choice.kernel.op_id, index))
-                continue
-            runners[index] = (lambda f: lambda: f(*arrays))(fn)
-        measured = time_calls(runners, rounds, calls)
-        report.measured[choice.kernel.op_id] = measured
-        best = min(measured, key=measured.get)
-        if best != 0:
-            tiles.append((choice.kernel.op_id, choice.space.config(best)))
-    return Plan(tiles=tuple(tiles))
+    return [rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
+            else np.zeros(shape, dtype) for shape, dtype in specs]
+
+
+def searched_plan(sft_text: str, target: str, search: str, specs, db: TuningDB) -> tuple[Plan, SearchReport]:
+    """search="model" or "verify": replayed from the tuning database when this program was
+    searched before on this target and compiler, else searched (and recorded)."""
+    workload = hashlib.sha256(sft_text.encode()).hexdigest()[:24]
+    tkey = target_key(describe(target))
+    hit = db.lookup_plan(workload, tkey, search)
+    if hit is not None:
+        report = SearchReport(chosen="replayed from the tuning database")
+        return Plan.from_json(hit[0]), report
+    plan, report = search_plan(sft_text, target)
+    if search == "verify":
+        plan = verify(report, lambda p: lower(to_sft(sft_text), p)[1], target, describe(target),
+                      _random_inputs(specs), db)
+    db.record_plan(workload, tkey, search, plan.to_json(), report.to_json())
+    return plan, report
 
 
 def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = None,
@@ -176,11 +185,9 @@ def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = 
     sft_text = ir.print_module(sft_module)
     report = None
     specs = _input_specs(example_inputs) if example_inputs else _specs_from_mlir(linalg_text)
-    if plan is None and search != "none" and target == "host":
-        plan, report = model_plan(sft_module, target)
-        if search == "verify":
-            plan = verified_plan(sft_text, report, target, specs)
-            sft_module = to_sft(sft_text)
+    if plan is None and search != "none":
+        plan, report = searched_plan(sft_text, target, search, specs, TuningDB())
+        sft_module = to_sft(sft_text)
     plan = plan or Plan()
     lowered, planned = lower(sft_module, plan)
     try:

@@ -153,3 +153,15 @@ SUITE: dict[str, ModelCase] = {
         ModelCase("conv_bn_relu_pool", _prep(ConvBlock), _randn(2, 3, 32, 32)),
     ]
 }
+
+# The benchmark adds sizes the tests do not need: a GPT-2 block at a second, larger size and an
+# MLP at three batch sizes.
+BENCH_SUITE: dict[str, ModelCase] = {
+    **SUITE,
+    **{case.name: case for case in [
+        ModelCase("gpt2_block_large", _prep(lambda: GPT2Block(vocab=1024, dim=256, heads=8, max_len=128)),
+                  lambda: (torch.randint(0, 1024, (2, 64)),)),
+        ModelCase("mlp_b1", _prep(MLP), _randn(1, 256)),
+        ModelCase("mlp_b128", _prep(MLP), _randn(128, 256)),
+    ]},
+}

@@ -35,15 +35,17 @@ class TileConfig:
 @dataclass(frozen=True)
 class Plan:
     """groups: the fusion partition (ops not in any group are left to IREE's own fusion);
-    tiles: (op id, TileConfig) for kernel roots; flags: extra iree-compile options."""
+    tiles: (op id, TileConfig) for kernel roots; flags: extra iree-compile options;
+    driver: the IREE runtime driver to run on ("" for the target's own)."""
 
     groups: tuple[tuple[int, ...], ...] = ()
     tiles: tuple[tuple[int, TileConfig], ...] = ()
     flags: tuple[str, ...] = field(default=())
+    driver: str = ""
 
     @property
     def is_empty(self) -> bool:
-        return not (self.groups or self.tiles or self.flags)
+        return not (self.groups or self.tiles or self.flags or self.driver)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -57,6 +59,7 @@ class Plan:
                                                 for k, v in cfg.items()}))
                         for i, cfg in data.get("tiles", ())),
             flags=tuple(data.get("flags", ())),
+            driver=data.get("driver", ""),
         )
 
     def digest(self) -> str:

@@ -10,15 +10,17 @@ import sft
 from sft.cost.model import predict
 from sft.cost.targets import HOST, TargetDesc
 from sft.models import SUITE
-from sft.search import search_kernels
+from sft.backend.profile import Dispatch, Profile
+from sft.search import search_program
 from sft.space.kernels import Kernel
+from sft.space.options import ModuleOptions, option_space
 from sft.space.tiles import MAX_VECTOR_BYTES, legal, tile_space
 
 MATMUL = Kernel(op_id=0, domain=(64, 64, 64), roles=("m", "n", "k"), element_bytes=4, maps=())
 SIMPLE = TargetDesc(name="simple", backend="host", cores=1, simd_f32=16, vector_registers=32,
                     peak_flops_f32=1e9, l1_bytes=32768, l2_bytes=1 << 20, l1_bandwidth=1e11,
                     l2_bandwidth=1e10, dram_bandwidth=1e9, dispatch_overhead=0.0,
-                    workgroup_overhead=0.0)
+                    workgroup_overhead=0.0, parallel_efficiency=1.0)
 
 
 def test_cost_model_hand_computed():
@@ -53,12 +55,36 @@ def test_space_is_legal_and_keeps_iree_default():
 
 def test_search_finds_the_brute_force_optimum():
     small = Kernel(1, (4, 16, 32, 16), ("b", "m", "n", "k"), 4, ())
-    report = search_kernels([small], HOST, top_k=3)
-    space = report.choices[0].space
-    brute = [predict(small, space.candidates[i:i + 1], HOST)[0] for i in range(len(space))]
-    assert report.choices[0].best == int(np.argmin(brute))
-    assert report.scored == len(space) and 0 in report.choices[0].ranked
-    assert report.space_size_log10 == pytest.approx(np.log10(len(space)))
+    profile = Profile((), 1)
+    report = search_program([small], {False: profile, True: profile}, HOST, [ModuleOptions()], top_k=3)
+    choice = report.choices[0]
+    brute = [predict(small, choice.space.candidates[i:i + 1], HOST)[0] for i in range(len(choice.space))]
+    assert choice.best == int(np.argmin(brute))
+    assert report.scored == len(choice.space) and 0 in choice.ranked
+    assert report.space_size_log10 == pytest.approx(np.log10(len(choice.space)))
+
+
+def test_search_weighs_driver_overheads_against_parallelism():
+    # One tiny dispatch: the parallel executor's wake-up dominates, so inline (serial) wins; a
+    # large matmul on a target whose second core really helps goes parallel.
+    tiny = Profile((Dispatch(0, "elementwise_8x256_f32", (8, 256), 16384, None),), 1)
+    target = dataclasses.replace(HOST, invoke_overhead=50e-6, serial_invoke_overhead=2e-6,
+                                 parallel_efficiency=0.9)
+    options = option_space("host")
+    report = search_program([], {False: tiny, True: tiny}, target, options)
+    assert report.ranked[0].options.serial
+    big = Kernel(0, (1024, 1024, 1024), ("m", "n", "k"), 4, ())
+    none = Profile((), 1)
+    report = search_program([big], {False: none, True: none}, target, options)
+    assert not report.ranked[0].options.serial
+    assert len(report.ranked) == len(options) == 8
+
+
+def test_option_space_keeps_the_default_first():
+    assert option_space("host")[0] == ModuleOptions()
+    assert option_space("cuda") == [ModuleOptions()]
+    assert ModuleOptions(data_tiling=True).flags and not ModuleOptions(data_tiling=True).keeps_tiles
+    assert ModuleOptions(serial=True).driver == "local-sync"
 
 
 def test_model_and_verify_search_keep_numerics():
@@ -70,13 +96,29 @@ def test_model_and_verify_search_keep_numerics():
         compiled = sft.compile(model, inputs, search=mode)
         assert compiled.search is not None and compiled.search.scored > 100
         np.testing.assert_allclose(compiled(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
-    measured = compiled.search.measured[compiled.search.choices[0].kernel.op_id]
-    assert 0 in measured  # IREE's default was measured beside the candidates
-    chosen = min(measured, key=measured.get)
-    assert (chosen == 0) == (compiled.plan.tiles == ())
+    measured = compiled.search.measured
+    assert measured["program iree-default"] is not None  # IREE's default timed beside the rest
+    assert any(k.startswith("op ") for k in measured)  # and the kernel's tile candidates
+    assert compiled.search.chosen
 
 
 def test_unknown_search_mode_is_an_error():
     case = SUITE["relu"]
     with pytest.raises(sft.SftError, match="search must be"):
         sft.compile(case.build(), case.inputs(), search="fast")
+
+
+def test_profile_reads_iree_dispatches_and_default_configs():
+    from sft.backend import profile
+    from sft.cost.model import default_candidate
+
+    case = SUITE["mlp"]
+    text = sft.api.linalg_of(case.build(), case.inputs())[0]
+    seen = profile(text)
+    assert seen.dispatch_count == 2
+    first = seen.contraction((32, 1024, 256))
+    assert first is not None and first.flops == 2 * 32 * 1024 * 256
+    kernel = Kernel(0, (32, 1024, 256), ("m", "n", "k"), 4, ())
+    dm, dn, vm, vn, vk = default_candidate(kernel, first)
+    dist, par, red = first.config
+    assert (dm, dn, vm, vn, vk) == (dist[0], dist[1], par[0], par[1], red[2])

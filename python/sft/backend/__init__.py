@@ -1,3 +1,3 @@
 """The only code that runs iree-compile, benchmarks or touches devices."""
 
-from .iree import Artifact, Target, compile_module, load, TARGETS  # noqa: F401
+from .iree import Artifact, Target, compile_module, load, profile, TARGETS  # noqa: F401

@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SftError
+from ..paths import cache_dir
+from .profile import Profile, parse_profile
 
 IREE_VERSION = version("iree-base-compiler")
-CACHE_ENV = "SFT_CACHE_DIR"
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,6 @@ class Artifact:
     dispatch_count: int
     target: Target
     flags: tuple[str, ...] = field(default=())
-
-
-def cache_dir() -> Path:
-    path = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "sft"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _key(text: str, target: Target, flags: tuple[str, ...]) -> str:
@@ -90,16 +85,9 @@ def compile_module(text: str, target: Target | str = "host", flags: tuple[str, .
     with tempfile.TemporaryDirectory(prefix="sft-") as tmp:
         src, out, stats = Path(tmp, "in.mlir"), Path(tmp, "out.vmfb"), Path(tmp, "stats.json")
         src.write_text(text)
-        cmd = [_iree_compile(), str(src), "-o", str(out), *target.flags, *flags,
-               "--iree-scheduling-dump-statistics-format=json",
-               f"--iree-scheduling-dump-statistics-file={stats}"]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise SftError(f"iree-compile timed out after {timeout:.0f} s") from None
-        if proc.returncode != 0:
-            first = next((l for l in proc.stderr.splitlines() if "error" in l), proc.stderr.strip()[:300])
-            raise SftError(f"iree-compile failed: {first}")
+        _run_compile([str(src), "-o", str(out), *target.flags, *flags,
+                      "--iree-scheduling-dump-statistics-format=json",
+                      f"--iree-scheduling-dump-statistics-file={stats}"], timeout)
         vmfb = out.read_bytes()
         dispatches = json.loads(stats.read_text())["stream-aggregate"]["execution"]["dispatch-count"]
     if use_cache:
@@ -107,6 +95,36 @@ def compile_module(text: str, target: Target | str = "host", flags: tuple[str, .
         _write_atomic(entry.with_suffix(".json"), json.dumps(
             {"sha256": hashlib.sha256(vmfb).hexdigest(), "dispatch_count": dispatches}).encode())
     return Artifact(vmfb, dispatches, target, flags)
+
+
+def _run_compile(args: list[str], timeout: float) -> None:
+    try:
+        proc = subprocess.run([_iree_compile(), *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SftError(f"iree-compile timed out after {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        first = next((l for l in proc.stderr.splitlines() if "error" in l), proc.stderr.strip()[:300])
+        raise SftError(f"iree-compile failed: {first}")
+
+
+def profile(text: str, target: Target | str = "host", flags: tuple[str, ...] = (),
+            timeout: float = 300.0) -> Profile:
+    """IREE's dispatches and default lowering configs for a program, compiled only as far as
+    `executable-configurations` (cached like modules)."""
+    target = TARGETS[target] if isinstance(target, str) else target
+    entry = cache_dir() / (_key(text, target, (*flags, "executable-configurations")) + ".config.mlir")
+    try:
+        return parse_profile(entry.read_text())
+    except OSError:
+        pass
+    with tempfile.TemporaryDirectory(prefix="sft-") as tmp:
+        src, out = Path(tmp, "in.mlir"), Path(tmp, "out.mlir")
+        src.write_text(text)
+        _run_compile([str(src), "-o", str(out), *target.flags, *flags,
+                      "--compile-to=executable-configurations"], timeout)
+        configured = out.read_text()
+    _write_atomic(entry, configured.encode())
+    return parse_profile(configured)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -132,11 +150,11 @@ def _config(driver: str):
 class Loaded:
     """A compiled module loaded in the IREE runtime: call it with numpy arrays."""
 
-    def __init__(self, artifact: Artifact, entry: str = "main"):
+    def __init__(self, artifact: Artifact, entry: str = "main", driver: str = ""):
         import iree.runtime as rt
 
         self.artifact = artifact
-        self._ctx = rt.SystemContext(config=_config(artifact.target.driver))
+        self._ctx = rt.SystemContext(config=_config(driver or artifact.target.driver))
         self._ctx.add_vm_module(rt.VmModule.copy_buffer(self._ctx.instance, artifact.vmfb))
         self._fn = self._ctx.modules.module[entry]
 
@@ -146,5 +164,6 @@ class Loaded:
         return [np.asarray(o.to_host()) for o in outs]
 
 
-def load(artifact: Artifact, entry: str = "main") -> Loaded:
-    return Loaded(artifact, entry)
+def load(artifact: Artifact, entry: str = "main", driver: str = "") -> Loaded:
+    """Load a module on `driver` (the target's own when empty)."""
+    return Loaded(artifact, entry, driver)

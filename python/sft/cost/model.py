@@ -1,42 +1,69 @@
-"""The analytical cost model: predicted seconds for tile candidates of a contraction kernel.
+"""The analytical cost model: predicted seconds for a program, its dispatches and the tile
+candidates of its contraction kernels.
 
 Everything is numpy over the candidate array, so scoring costs well under a microsecond per
 candidate. Per kernel: compute time at the achievable FLOP rate (cores actually busy given the
 workgroup count and wave quantisation, SIMD lanes actually used, register-block reuse), data
-traffic from DRAM and from L2 derived from the tile footprints, per-workgroup and per-dispatch
-overheads. A plan's time is the sum over its kernels.
+traffic from DRAM and from L2 derived from the tile footprints, per-workgroup overhead. Per
+program: the kernels, the other dispatches (memory-bound: their bytes over the bandwidth of
+where they live), per-dispatch and per-call overheads of the driver that runs them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..backend.profile import Dispatch, Profile
 from ..space.kernels import Kernel
+from ..space.options import ModuleOptions
 from .targets import TargetDesc
 
-# A stand-in for IREE's own CPU choice, scored as row 0 of every space. It is an assumption, not
-# yet read from IREE (`--compile-to=executable-configurations` would tell the real one).
-IREE_DEFAULT = (64, 64, 8, 32, 1)
+# IREE's CPU choice for a matmul when its own config cannot be read: what it picks for the
+# shapes of the suite on AVX-512 (distribution 32x64, vector 8x16, reduction 16).
+IREE_DEFAULT = (32, 64, 8, 16, 16)
 
 
 def _ceil_div(a, b):
     return -(-a // b)
 
 
-def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc) -> np.ndarray:
-    """Seconds per call for each candidate row (dm, dn, vm, vn, vk); zeros mean IREE's default."""
+def parallel_speedup(active, target: TargetDesc):
+    """What `active` busy cores give over one, at the target's measured parallel efficiency."""
+    return 1.0 + (active - 1.0) * target.parallel_efficiency
+
+
+def default_candidate(kernel: Kernel, dispatch: Dispatch | None) -> tuple[int, ...]:
+    """(dm, dn, vm, vn, vk) of IREE's own config for this kernel, read from its dispatch."""
+    if dispatch is not None and dispatch.config and len(dispatch.config[0]) == len(kernel.roles):
+        dist, par, red = dispatch.config
+        pick = {}
+        for i, role in enumerate(kernel.roles):
+            if role in "mn":
+                pick["d" + role], pick["v" + role] = max(dist[i], 1), max(par[i], 1)
+            elif role == "k":
+                pick["vk"] = max(red[i], 1)
+        if len(pick) == 5:
+            return tuple(pick[f] for f in ("dm", "dn", "vm", "vn", "vk"))
+    return IREE_DEFAULT
+
+
+def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: int | None = None,
+            default: tuple[int, ...] = IREE_DEFAULT) -> np.ndarray:
+    """Seconds of work for each candidate row (dm, dn, vm, vn, vk) on `cores` cores (the
+    target's by default); an all-zero row is IREE's default, scored as `default`."""
+    cores = target.cores if cores is None else cores
     c = candidates.astype(np.float64)
-    default = np.all(candidates == 0, axis=1)
-    if default.any():
-        c[default] = np.minimum(np.array(IREE_DEFAULT, dtype=np.float64),
-                                [kernel.m, kernel.n, kernel.m, kernel.n, kernel.k])
+    is_default = np.all(candidates == 0, axis=1)
+    if is_default.any():
+        c[is_default] = np.minimum(np.array(default, dtype=np.float64),
+                                   [kernel.m, kernel.n, kernel.m, kernel.n, kernel.k])
     dm, dn, vm, vn, vk = c.T
     m, n, k, b = float(kernel.m), float(kernel.n), float(kernel.k), float(kernel.batch)
     nbytes = kernel.element_bytes
 
     workgroups = b * _ceil_div(m, dm) * _ceil_div(n, dn)
-    waves = _ceil_div(workgroups, target.cores)
-    busy = workgroups / (waves * target.cores)
+    waves = _ceil_div(workgroups, cores)
+    speedup = parallel_speedup(workgroups / waves, target)
 
     lanes = target.simd_f32
     vectors_n = _ceil_div(vn, lanes)
@@ -48,7 +75,7 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc) -> np.nd
     # Two FMAs and two loads issue per cycle: a block needs as many FMAs as loads to stay FMA-bound.
     reuse = np.minimum(1.0, (vm * vectors_n) / (vm + vectors_n))
     padded = b * (_ceil_div(m, vm) * vm) * (_ceil_div(n, vn) * vn) * k
-    flop_rate = target.peak_flops_f32 * target.cores * busy * lane_use * reuse / spill
+    flop_rate = target.peak_flops_f32 * speedup * lane_use * reuse / spill
     compute = 2.0 * padded / flop_rate
 
     # Each workgroup streams a dm x K panel of A and a K x dn panel of B from L2 (or DRAM when the
@@ -56,12 +83,43 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc) -> np.nd
     panel = (dm * k + k * dn) * nbytes
     per_wg = panel + dm * dn * nbytes
     l2_fit = panel <= target.l2_bytes
-    from_l2 = workgroups * per_wg / (target.l2_bandwidth * target.cores * busy)
+    from_l2 = workgroups * per_wg / (target.l2_bandwidth * speedup)
     unique = b * (m * k + k * n + m * n) * nbytes
     from_dram = np.where(l2_fit, unique, workgroups * per_wg) / target.dram_bandwidth
     # The reduction loop is unrolled vk deep: short steps pay loop overhead per register block.
     steps = workgroups * _ceil_div(dm, vm) * _ceil_div(dn, vn) * _ceil_div(k, vk)
-    loop = steps * 2.0 / (3e9 * target.cores)
+    loop = steps * 2.0 / (3e9 * speedup)
 
-    return (np.maximum(compute, np.maximum(from_l2, from_dram)) + loop
-            + waves * target.workgroup_overhead + target.dispatch_overhead)
+    return np.maximum(compute, np.maximum(from_l2, from_dram)) + loop + waves * target.workgroup_overhead
+
+
+def option_speedup(options: ModuleOptions, target: TargetDesc) -> float:
+    """How much faster contractions run under the options' codegen than under IREE's default."""
+    if options.data_tiling and options.ukernels:
+        return target.data_tiling_ukernel_speedup
+    if options.data_tiling:
+        return target.data_tiling_speedup
+    return target.ukernel_speedup if options.ukernels else 1.0
+
+
+def memory_bound(dispatch: Dispatch, target: TargetDesc, cores: int) -> float:
+    """Seconds for a dispatch that streams its buffers once (elementwise, reductions, copies)."""
+    fits = dispatch.bytes <= target.l2_bytes * cores
+    bandwidth = target.l2_bandwidth * parallel_speedup(cores, target) if fits else target.dram_bandwidth
+    work = dispatch.bytes / bandwidth
+    if dispatch.is_contraction:  # one IREE has but the search does not tile (a convolution)
+        work = max(work, dispatch.flops / (0.5 * target.peak_flops_f32 * parallel_speedup(cores, target)))
+    return work
+
+
+def overheads(options: ModuleOptions, dispatch_count: int, target: TargetDesc) -> float:
+    """Per-call and per-dispatch costs of the driver that runs the program."""
+    if options.serial:
+        return target.serial_invoke_overhead + dispatch_count * target.serial_dispatch_overhead
+    return target.invoke_overhead + dispatch_count * target.dispatch_overhead
+
+
+def other_dispatches(profile: Profile, kernels: list[Kernel]) -> list[Dispatch]:
+    """The dispatches that no searched kernel accounts for."""
+    covered = {k.domain for k in kernels}
+    return [d for d in profile.dispatches if not (d.is_contraction and d.dims in covered)]

@@ -7,9 +7,13 @@ XTX specifications), dense peak without sparsity.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from ..paths import cache_dir
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,17 @@ class TargetDesc:
     dram_bandwidth: float        # bytes/s, whole chip
     dispatch_overhead: float     # seconds per dispatch
     workgroup_overhead: float    # seconds per workgroup (tile) scheduled
+    invoke_overhead: float = 0.0          # seconds per call: waking the parallel executor
+    # CPU only: running a call inline on the caller's thread (IREE's local-sync driver) pays no
+    # executor wake-up, and a smaller per-dispatch cost, but uses one core.
+    serial_invoke_overhead: float = 0.0
+    serial_dispatch_overhead: float = 0.0
+    parallel_efficiency: float = 1.0      # speed-up per extra core actually obtained (0..1)
+    # Contraction speed relative to IREE's default codegen under backend options (measured by
+    # `sft-calibrate` on the host; 1.0 where unknown).
+    data_tiling_speedup: float = 1.0
+    ukernel_speedup: float = 1.0
+    data_tiling_ukernel_speedup: float = 1.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -36,7 +51,8 @@ HOST = TargetDesc(
     name="host-x86-avx512", backend="host", cores=2, simd_f32=16, vector_registers=32,
     peak_flops_f32=120e9, l1_bytes=32 * 1024, l2_bytes=1024 * 1024,
     l1_bandwidth=200e9, l2_bandwidth=100e9, dram_bandwidth=20e9,
-    dispatch_overhead=4e-6, workgroup_overhead=0.6e-6,
+    dispatch_overhead=4e-6, workgroup_overhead=0.6e-6, invoke_overhead=45e-6,
+    serial_invoke_overhead=2e-6, serial_dispatch_overhead=1e-6, parallel_efficiency=0.5,
 )
 
 SM80 = TargetDesc(  # NVIDIA A100 SXM 40GB: 108 SMs, 19.5 TF32... f32 FMA 19.5 TFLOP/s, 1555 GB/s
@@ -69,15 +85,21 @@ RDNA3 = TargetDesc(  # AMD Radeon RX 7900 XTX: 96 CUs, 61.4 TFLOP/s f32, 960 GB/
 
 DESCRIPTIONS = {t.backend if t.backend != "cuda" else t.name: t for t in (HOST, SM80, GFX942, RDNA3)}
 DESCRIPTIONS["cuda-sm90"] = SM90
-CALIBRATION_FILE = Path.home() / ".cache" / "sft" / "host-calibration.json"
+
+
+def calibration_file() -> Path:
+    return cache_dir() / "host-calibration.json"
 
 
 def describe(target: str) -> TargetDesc:
-    """The description for a target name; the host's is replaced by a calibration if present."""
-    if target == "host" and CALIBRATION_FILE.exists():
+    """The description for a target name; the host's numbers are overridden by those that
+    `sft-calibrate` measured, if any."""
+    if target == "host":
         try:
-            return TargetDesc(**json.loads(CALIBRATION_FILE.read_text()))
-        except (ValueError, TypeError):
-            pass  # a corrupt calibration is ignored, the defaults stand
+            return dataclasses.replace(HOST, **json.loads(calibration_file().read_text()))
+        except FileNotFoundError:
+            pass
+        except (ValueError, TypeError) as err:
+            warnings.warn(f"{calibration_file()}: ignored, not a valid calibration ({err})")
     key = "cuda-sm80" if target == "cuda" else target
     return DESCRIPTIONS[key]

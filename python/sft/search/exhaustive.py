@@ -1,17 +1,22 @@
-"""Exact search: given the fusion partition, kernels are independent, so the best plan is the
-best candidate of each kernel (dynamic programming degenerates to per-kernel minima)."""
+"""Exact search. Given the backend options and the fusion partition, a program's predicted time is
+a sum of independent kernel terms, so the best plan is the best candidate of each kernel
+(dynamic programming degenerates to per-kernel minima), taken under each option set in turn."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cost.model import predict
+from ..backend.profile import Profile
+from ..cost.model import (default_candidate, memory_bound, option_speedup, other_dispatches,
+                          overheads, predict)
 from ..cost.targets import TargetDesc
 from ..space.kernels import Kernel
+from ..space.options import ModuleOptions
 from ..space.tiles import TileSpace, tile_space
 
 
@@ -19,7 +24,7 @@ from ..space.tiles import TileSpace, tile_space
 class KernelChoice:
     kernel: Kernel
     space: TileSpace
-    ranked: tuple[int, ...]            # candidate indices, best predicted first
+    ranked: tuple[int, ...]            # candidate indices, best predicted first (0 always kept)
     predicted: tuple[float, ...]       # their predicted seconds
 
     @property
@@ -30,38 +35,105 @@ class KernelChoice:
         return float(self.predicted[self.ranked.index(0)])
 
 
+@dataclass(frozen=True)
+class OptionChoice:
+    """The best plan under one set of backend options, and its predicted time."""
+
+    options: ModuleOptions
+    predicted: float
+    kernels: tuple[KernelChoice, ...]  # ranked tiles per kernel (applied when options.keeps_tiles)
+
+
 @dataclass
 class SearchReport:
-    choices: list[KernelChoice] = field(default_factory=list)
+    ranked: list[OptionChoice] = field(default_factory=list)  # best predicted first
     scored: int = 0
     seconds: float = 0.0
+    space_size_log10: float = 0.0      # log10 of the whole-program plans covered
     fallback: bool = False  # the chosen plan failed to compile; IREE's default was used
-    measured: dict = field(default_factory=dict)  # op id -> {candidate index: seconds}
-    failed: list = field(default_factory=list)    # (op id, candidate index) IREE refused
+    measured: dict = field(default_factory=dict)  # what verify timed: name -> seconds or None
+    chosen: str = ""                   # what was picked, in words
 
     @property
-    def space_size_log10(self) -> float:
-        """log10 of the number of whole-program plans covered (product over kernels)."""
-        return sum(math.log10(len(c.space)) for c in self.choices)
+    def choices(self) -> tuple[KernelChoice, ...]:
+        return self.ranked[0].kernels if self.ranked else ()
 
     def summary(self) -> str:
         rate = self.scored / self.seconds if self.seconds else float("inf")
         return (f"{len(self.choices)} kernels, space 10^{self.space_size_log10:.1f} plans, "
                 f"{self.scored} candidates scored in {self.seconds * 1e3:.1f} ms ({rate:.2e}/s)")
 
+    def to_dict(self) -> dict:
+        return {
+            "summary": self.summary(), "chosen": self.chosen, "fallback": self.fallback,
+            "space_size_log10": self.space_size_log10, "scored": self.scored,
+            "search_seconds": self.seconds,
+            "options": [{"options": o.options.describe(), "predicted_s": o.predicted}
+                        for o in self.ranked],
+            "kernels": [{"op": c.kernel.op_id, "domain": c.kernel.domain, "roles": c.kernel.roles,
+                         "candidates": len(c.space), "best": c.space.config(c.best).__repr__(),
+                         "predicted_s": c.predicted[0], "default_predicted_s": c.default_prediction()}
+                        for c in self.choices],
+            "measured_s": self.measured,
+        }
 
-def search_kernels(kernels: list[Kernel], target: TargetDesc, top_k: int = 5) -> SearchReport:
+    def to_text(self) -> str:
+        lines = [self.summary()]
+        for o in self.ranked:
+            lines.append(f"  options {o.options.describe():<32} predicted {o.predicted * 1e3:8.4f} ms")
+        for c in self.choices:
+            lines.append(f"  kernel op {c.kernel.op_id} {'x'.join(map(str, c.kernel.domain))} "
+                         f"({''.join(c.kernel.roles)}): candidate {c.best} of {len(c.space)}, "
+                         f"predicted {c.predicted[0] * 1e6:.1f} us vs IREE default "
+                         f"{c.default_prediction() * 1e6:.1f} us")
+        for name, seconds in self.measured.items():
+            shown = "failed" if seconds is None else f"{seconds * 1e3:.4f} ms"
+            lines.append(f"  measured {name:<40} {shown}")
+        if self.chosen:
+            lines.append(f"  chosen: {self.chosen}")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+
+def rank_tiles(kernel: Kernel, space: TileSpace, target: TargetDesc, cores: int,
+               default: tuple[int, ...], top_k: int) -> KernelChoice:
+    times = predict(kernel, space.candidates, target, cores, default)
+    order = np.argsort(times, kind="stable")
+    keep = [int(i) for i in order[:top_k]]
+    if 0 not in keep:
+        keep.append(0)  # IREE's default always stays in the running
+    return KernelChoice(kernel, space, tuple(keep), tuple(float(times[i]) for i in keep))
+
+
+def search_program(kernels: list[Kernel], profiles: dict[bool, Profile], target: TargetDesc,
+                   options: list[ModuleOptions], top_k: int = 5) -> SearchReport:
+    """Rank every option set by the predicted time of its best plan. `profiles` maps
+    data tiling off/on to IREE's view of the program under it."""
     report = SearchReport()
     start = time.perf_counter()
-    for kernel in kernels:
-        space = tile_space(kernel)
-        times = predict(kernel, space.candidates, target)
-        order = np.argsort(times, kind="stable")
-        keep = list(order[:top_k])
-        if 0 not in keep:
-            keep.append(0)  # IREE's default always stays in the running
-        report.choices.append(KernelChoice(kernel, space, tuple(int(i) for i in keep),
-                                           tuple(float(times[i]) for i in keep)))
-        report.scored += len(space)
+    spaces = [tile_space(k) for k in kernels]
+    defaults = [default_candidate(k, profiles[False].contraction(k.domain)) for k in kernels]
+    by_cores: dict[int, list[KernelChoice]] = {}
+    for cores in sorted({1 if o.serial else target.cores for o in options}):
+        by_cores[cores] = [rank_tiles(k, s, target, cores, d, top_k)
+                           for k, s, d in zip(kernels, spaces, defaults)]
+        report.scored += sum(len(s) for s in spaces)
+    for o in options:
+        cores = 1 if o.serial else target.cores
+        profile = profiles[o.data_tiling]
+        choices = by_cores[cores]
+        if o.keeps_tiles:
+            kernel_time = sum(c.predicted[0] for c in choices)
+        else:
+            kernel_time = sum(c.default_prediction() for c in choices) / option_speedup(o, target)
+        rest = sum(memory_bound(d, target, cores) for d in other_dispatches(profile, kernels))
+        total = kernel_time + rest + overheads(o, profile.dispatch_count, target)
+        report.ranked.append(OptionChoice(o, total, tuple(choices)))
+    report.ranked.sort(key=lambda o: o.predicted)
+    tiled = sum(o.keeps_tiles for o in options)
+    report.space_size_log10 = math.log10(
+        tiled * math.prod(len(s) for s in spaces) + len(options) - tiled)
     report.seconds = time.perf_counter() - start
     return report

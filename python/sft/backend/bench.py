@@ -1,0 +1,101 @@
+"""Timing compiled modules in their own processes with `iree-benchmark-module`.
+
+Each variant runs in a fresh process, so no variant inherits another's warm caches, thread pool or
+load order; variants take turns round after round, so all see the same machine load; the median
+over rounds is reported. A variant that crashes or runs past its timeout is recorded as failed
+(its time is None) and never stops the others.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .iree import Artifact
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One thing to time: a compiled module and the runtime driver to run it on."""
+
+    artifact: Artifact
+    driver: str = ""  # empty: the target's own driver
+
+    @property
+    def device(self) -> str:
+        return self.driver or self.artifact.target.driver
+
+
+def _tool(name: str) -> str:
+    """A runtime tool binary; iree-base-runtime ships them beside its native library."""
+    from iree import _runtime_libs
+
+    path = Path(_runtime_libs.__file__).parent / name
+    if not path.exists():
+        raise FileNotFoundError(f"{name} not found in {path.parent} (it ships with iree-base-runtime)")
+    return str(path)
+
+
+def input_flags(inputs: list, folder: Path) -> list[str]:
+    """`--input` flags for arrays (saved as .npy in `folder`) or shape strings like '32x256xf32'
+    (zero-filled by the tool)."""
+    flags = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, str):
+            flags.append(f"--input={x}")
+        else:
+            path = folder / f"input{i}.npy"
+            np.save(path, np.ascontiguousarray(x))
+            flags.append(f"--input=@{path}")
+    return flags
+
+
+def _run_once(cmd: list[str], timeout: float) -> float | None:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    if proc.returncode != 0:
+        return None
+    try:
+        row = json.loads(proc.stdout)["benchmarks"][0]
+        return float(row["real_time"]) * _UNITS[row["time_unit"]]
+    except (ValueError, KeyError, IndexError):
+        return None
+
+
+def benchmark(variants: dict, inputs: list, rounds: int = 5, min_time: float = 0.05,
+              timeout: float = 60.0, function: str = "main", progress=None) -> dict:
+    """Median seconds per call of each variant (None where it failed in any round).
+
+    `inputs` are numpy arrays or shape strings, the same for every variant; `progress`, if
+    given, is called once per process run (a tqdm update, say)."""
+    tool = _tool("iree-benchmark-module")
+    samples: dict = {name: [] for name in variants}
+    with tempfile.TemporaryDirectory(prefix="sft-bench-") as tmp:
+        folder = Path(tmp)
+        flags = input_flags(inputs, folder)
+        commands = {}
+        for i, (name, variant) in enumerate(variants.items()):
+            module = folder / f"module{i}.vmfb"
+            module.write_bytes(variant.artifact.vmfb)
+            commands[name] = [tool, f"--module={module}", f"--function={function}",
+                              f"--device={variant.device}", *flags, "--benchmark_format=json",
+                              f"--benchmark_min_time={min_time}s"]
+        for _ in range(rounds):
+            for name, cmd in commands.items():
+                if samples[name] is None:
+                    continue
+                seconds = _run_once(cmd, timeout)
+                samples[name] = None if seconds is None else samples[name] + [seconds]
+                if progress:
+                    progress()
+    return {name: (statistics.median(s) if s else None) for name, s in samples.items()}

@@ -1,0 +1,156 @@
+"""Measured verification: compile and time the search's best candidates beside IREE's default,
+and keep the fastest measured.
+
+Two levels. Kernels: each contraction's top-k tile candidates are compiled as a standalone
+program (the kernel alone, zero inputs) and timed in their own processes with
+iree-benchmark-module, single-threaded so that the numbers are stable. Program: the best option
+sets, with the measured tiles, are compiled whole and timed on real inputs beside IREE's default.
+A candidate that fails to compile, crashes or times out is recorded as failed and skipped; the
+tuning database keeps every measurement, so a second run replays them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from .backend import compile_module
+from .backend.bench import Variant, benchmark
+from .cost.targets import TargetDesc
+from .errors import SftError
+from .plan import Plan, TileConfig
+from .search.exhaustive import KernelChoice, SearchReport
+from .space.kernels import Kernel
+from .space.options import SERIAL_DRIVER
+from .tuning_db import TuningDB
+
+_TYPES = {2: "f16", 4: "f32", 8: "f64"}
+
+
+def kernel_program(kernel: Kernel, config: TileConfig | None) -> str:
+    """A program of the kernel alone: C = sum over k of A * B with the kernel's index maps, zero
+    initialised, with `config` imposed on it (IREE's choice when None)."""
+    ty = _TYPES[kernel.element_bytes]
+    shapes = []
+    for text in kernel.maps:
+        results = text.split("->")[1]
+        shapes.append([kernel.domain[int(d)] for d in re.findall(r"d(\d+)", results)])
+
+    def tensor(shape):
+        return f"tensor<{'x'.join(map(str, shape))}x{ty}>"
+
+    a, b, c = (tensor(s) for s in shapes)
+    iterators = ", ".join('"reduction"' if r == "k" else '"parallel"' for r in kernel.roles)
+    attrs = f" attrs = {{compilation_info = {config.attribute()}}}" if config else ""
+    return f"""func.func @main(%a: {a}, %b: {b}) -> {c} {{
+  %zero = arith.constant 0.0 : {ty}
+  %empty = tensor.empty() : {c}
+  %init = linalg.fill ins(%zero : {ty}) outs(%empty : {c}) -> {c}
+  %r = linalg.generic {{indexing_maps = [{", ".join(kernel.maps)}], iterator_types = [{iterators}]}}
+      ins(%a, %b : {a}, {b}) outs(%init : {c}){attrs} {{
+  ^bb0(%x: {ty}, %y: {ty}, %acc: {ty}):
+    %p = arith.mulf %x, %y : {ty}
+    %s = arith.addf %acc, %p : {ty}
+    linalg.yield %s : {ty}
+  }} -> {c}
+  return %r : {c}
+}}
+"""
+
+
+def kernel_inputs(kernel: Kernel) -> list[str]:
+    """Shape strings for iree-benchmark-module (zero-filled inputs: timing needs no data)."""
+    ty = _TYPES[kernel.element_bytes]
+    out = []
+    for text in kernel.maps[:2]:
+        dims = [kernel.domain[int(d)] for d in re.findall(r"d(\d+)", text.split("->")[1])]
+        out.append("x".join(map(str, dims)) + "x" + ty)
+    return out
+
+
+def target_key(desc: TargetDesc) -> str:
+    return f"{desc.name}-{hashlib.sha256(desc.to_json().encode()).hexdigest()[:12]}"
+
+
+@dataclass
+class KernelMeasurement:
+    best: int                      # candidate index measured fastest (0: IREE's default)
+    seconds: dict                  # candidate index -> seconds, None where it failed
+
+
+def measure_candidates(kernel: Kernel, space, indices, target: str, desc: TargetDesc, db: TuningDB,
+                       predicted: dict | None = None, rounds: int = 3, progress=None) -> dict:
+    """Seconds per call of the kernel alone under each candidate index (None: failed), from
+    the tuning database where known, else compiled and timed (and recorded)."""
+    workload, tkey = kernel.key(), target_key(desc)
+    known = db.measurements(workload, tkey)
+    predicted = predicted or {}
+    seconds, variants = {}, {}
+    for index in indices:
+        config = space.config(index)
+        if repr(config) in known:
+            seconds[index] = known[repr(config)]
+            continue
+        try:
+            variants[index] = Variant(compile_module(kernel_program(kernel, config), target),
+                                      SERIAL_DRIVER if target == "host" else "")
+        except SftError:
+            seconds[index] = None
+            db.record_measurement(workload, tkey, repr(config), predicted.get(index), None)
+    if variants:
+        for index, value in benchmark(variants, kernel_inputs(kernel), rounds=rounds,
+                                      progress=progress).items():
+            seconds[index] = value
+            db.record_measurement(workload, tkey, repr(space.config(index)), predicted.get(index), value)
+    return seconds
+
+
+def measure_kernel(choice: KernelChoice, target: str, desc: TargetDesc, db: TuningDB,
+                   top_k: int = 3, progress=None) -> KernelMeasurement:
+    """Time the top-k predicted candidates and IREE's default of one kernel, alone."""
+    indices = list(dict.fromkeys([*choice.ranked[:top_k], 0]))
+    seconds = measure_candidates(choice.kernel, choice.space, indices, target, desc, db,
+                                 dict(zip(choice.ranked, choice.predicted)), progress=progress)
+    ok = {i: s for i, s in seconds.items() if s is not None}
+    return KernelMeasurement(min(ok, key=ok.get) if ok else 0, seconds)
+
+
+def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inputs: list,
+           db: TuningDB, top_options: int = 3, top_k: int = 3, rounds: int = 5,
+           progress=None) -> Plan:
+    """The fastest measured plan among the best predicted option sets (each with measured tiles)
+    and IREE's default. `lower_plan(plan)` gives the program text a plan compiles from."""
+    tiles = ()
+    candidates = {"iree-default": Plan()}
+    tiled = next((o for o in report.ranked if o.options.keeps_tiles), None)
+    if tiled is not None:
+        picked = []
+        for choice in tiled.kernels:
+            result = measure_kernel(choice, target, desc, db, top_k, progress=progress)
+            for index, seconds in result.seconds.items():
+                report.measured[f"op {choice.kernel.op_id} candidate {index}"] = seconds
+            if result.best != 0:
+                picked.append((choice.kernel.op_id, choice.space.config(result.best)))
+        tiles = tuple(picked)
+    for option in report.ranked[:top_options]:
+        o = option.options
+        candidates[o.describe()] = Plan(tiles=tiles if o.keeps_tiles else (), flags=o.flags,
+                                        driver=o.driver)
+    variants, plans = {}, {}
+    for name, plan in candidates.items():
+        if plan in plans.values():
+            continue
+        try:
+            variants[name] = Variant(compile_module(lower_plan(plan), target, plan.flags), plan.driver)
+            plans[name] = plan
+        except SftError:
+            report.measured[name] = None
+    timed = benchmark(variants, inputs, rounds=rounds, progress=progress)
+    report.measured.update({f"program {k}": v for k, v in timed.items()})
+    ok = {k: v for k, v in timed.items() if v is not None}
+    if not ok:
+        raise SftError("verify: no candidate plan, not even IREE's default, could be timed")
+    best = min(ok, key=ok.get)
+    report.chosen = best
+    return plans[best]

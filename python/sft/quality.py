@@ -1,0 +1,82 @@
+"""How good is the cost model? Rank agreement between predicted and measured kernel times.
+
+Candidates are sampled per kernel (the model's top few, IREE's default, and a seeded random
+spread of the rest), each kernel is timed alone, and agreement is scored within each kernel:
+Spearman's rho, pairwise ordering accuracy, whether the measured best is among the predicted
+top-1 / top-5, and how much slower the predicted best is than the measured best.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cost.model import predict
+from .space.kernels import Kernel
+from .space.tiles import tile_space
+
+
+@dataclass
+class KernelQuality:
+    kernel: Kernel
+    indices: list[int]
+    predicted: list[float]
+    measured: list[float]
+
+    def pairs(self) -> tuple[int, int]:
+        """(correctly ordered pairs, pairs) among candidates whose measured times differ by
+        more than 3% (closer than that, the order is noise)."""
+        good = total = 0
+        for i, j in itertools.combinations(range(len(self.indices)), 2):
+            mi, mj = self.measured[i], self.measured[j]
+            if abs(mi - mj) <= 0.03 * min(mi, mj):
+                continue
+            total += 1
+            good += (self.predicted[i] < self.predicted[j]) == (mi < mj)
+        return good, total
+
+    def spearman(self) -> float:
+        from scipy.stats import spearmanr
+
+        return float(spearmanr(self.predicted, self.measured).statistic)
+
+    def recall(self, k: int) -> bool:
+        best_measured = int(np.argmin(self.measured))
+        return best_measured in list(np.argsort(self.predicted, kind="stable")[:k])
+
+    def regret(self) -> float:
+        """Measured time of the predicted best over the measured best (1.0 is perfect)."""
+        return self.measured[int(np.argmin(self.predicted))] / min(self.measured)
+
+
+def sample_candidates(kernel: Kernel, desc, default, count: int, top: int = 5, seed: int = 0):
+    """(space, indices, predicted seconds): the model's top `top`, IREE's default and a random
+    spread of the rest, `count` in all."""
+    space = tile_space(kernel)
+    times = predict(kernel, space.candidates, desc, cores=1, default=default)
+    order = [int(i) for i in np.argsort(times, kind="stable")]
+    chosen = list(dict.fromkeys([*order[:top], 0]))
+    rest = [i for i in order if i not in chosen]
+    rng = np.random.default_rng(seed)
+    chosen += [int(i) for i in rng.choice(rest, size=min(len(rest), count - len(chosen)), replace=False)]
+    return space, chosen, [float(times[i]) for i in chosen]
+
+
+def summarize(results: list[KernelQuality]) -> dict:
+    good = sum(r.pairs()[0] for r in results)
+    total = sum(r.pairs()[1] for r in results)
+    regrets = [r.regret() for r in results]
+    return {
+        "kernels": len(results),
+        "candidates": sum(len(r.indices) for r in results),
+        "pairwise_accuracy": good / total if total else float("nan"),
+        "pairs": total,
+        "spearman_mean": float(np.mean([r.spearman() for r in results])),
+        "top1_recall": float(np.mean([r.recall(1) for r in results])),
+        "top5_recall": float(np.mean([r.recall(5) for r in results])),
+        "regret_geomean": float(np.exp(np.mean(np.log(regrets)))),
+        "regret_max": float(max(regrets)),
+    }
+

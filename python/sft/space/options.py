@@ -1,0 +1,53 @@
+"""Whole-program backend options: how IREE lays out contraction operands, whether it calls its
+micro-kernels, and which runtime driver executes the program.
+
+Each is a real choice whose best value depends on the workload: data tiling packs operands into
+cache-friendly tiles at the price of pack/unpack work; IREE's micro-kernels replace generated
+contraction code; the parallel executor (`local-task`) spreads work over cores at a fixed wake-up
+cost per call, while `local-sync` runs inline on the caller's thread. Index 0 is IREE's default.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+DATA_TILING = "--iree-opt-data-tiling"
+UKERNELS = "--iree-llvmcpu-enable-ukernels=all"
+SERIAL_DRIVER = "local-sync"
+
+
+@dataclass(frozen=True)
+class ModuleOptions:
+    data_tiling: bool = False
+    ukernels: bool = False
+    serial: bool = False  # run on local-sync instead of the target's parallel driver
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return (DATA_TILING,) * self.data_tiling + (UKERNELS,) * self.ukernels
+
+    @property
+    def driver(self) -> str:
+        return SERIAL_DRIVER if self.serial else ""
+
+    @property
+    def keeps_tiles(self) -> bool:
+        """Tile configs apply to IREE's default contraction codegen only: data tiling and
+        micro-kernels replace it."""
+        return not (self.data_tiling or self.ukernels)
+
+    def describe(self) -> str:
+        parts = [name for name, on in (("data-tiling", self.data_tiling),
+                                       ("ukernels", self.ukernels)) if on]
+        parts.append(SERIAL_DRIVER if self.serial else "parallel")
+        return "+".join(parts)
+
+
+def option_space(target: str) -> list[ModuleOptions]:
+    """The options that apply to a target; the default first. GPU targets keep their default:
+    these switches are CPU codegen and CPU runtime choices."""
+    if target != "host":
+        return [ModuleOptions()]
+    return [ModuleOptions(dt, uk, serial)
+            for serial, dt, uk in itertools.product((False, True), repeat=3)]

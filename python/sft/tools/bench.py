@@ -1,0 +1,212 @@
+"""sft-bench: how fast sft is, and how good its cost model is, measured on this machine.
+
+  sft-bench speed    every benchmark model: PyTorch eager, torch.compile, IREE's defaults on the
+                     same torch-mlir import, and sft with search="model" and search="verify";
+                     each variant times in a process of its own, taking turns (medians of rounds)
+  sft-bench quality  the cost model against measurement on sampled tile candidates of the
+                     models' contraction kernels: Spearman, pairwise accuracy, top-1/5 recall
+
+Ratios are speed-ups (higher is faster). --json writes every number for tracking.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import numpy as np
+from tqdm import tqdm
+
+from ..models import BENCH_SUITE
+
+
+# Builders run in the timing worker processes: each returns the callable to time.
+def _eager(name: str):
+    import torch
+
+    case = BENCH_SUITE[name]
+    model, inputs = case.build(), case.inputs()
+
+    def run():
+        with torch.no_grad():
+            model(*inputs)
+    return run
+
+
+def _torch_compile(name: str):
+    import torch
+
+    case = BENCH_SUITE[name]
+    model, inputs = torch.compile(case.build()), case.inputs()
+
+    def run():
+        with torch.no_grad():
+            model(*inputs)
+    return run
+
+
+def _iree_default(name: str):
+    from ..api import linalg_of
+    from ..backend import compile_module, load
+
+    case = BENCH_SUITE[name]
+    model, inputs = case.build(), case.inputs()
+    fn = load(compile_module(linalg_of(model, inputs)[0]))
+    arrays = [x.numpy() for x in inputs]
+    return lambda: fn(*arrays)
+
+
+def _sft(name: str, search: str):
+    from ..api import compile as sft_compile
+
+    case = BENCH_SUITE[name]
+    model, inputs = case.build(), case.inputs()
+    compiled = sft_compile(model, inputs, search=search)  # replays the parent's search
+    arrays = [x.numpy() for x in inputs]
+    return lambda: compiled(*arrays)
+
+
+def _geomean(xs) -> float:
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -> dict:
+    import torch
+
+    from ..api import compile as sft_compile
+    from ..backend.timing import time_in_processes
+
+    rows = []
+    header = (f"{'model':<18}{'ok':>3}{'disp':>5}{'space':>7}{'chosen (verify)':>34}{'eager':>8}"
+              f"{'t.comp':>8}{'iree':>8}{'model':>8}{'verify':>8}{'verify/iree':>12}"
+              f"{'model/iree':>11}{'model/verify':>13}{'verify/torch':>13}")
+    print(header + "\n" + "-" * len(header), flush=True)
+    for name in models:
+        case = BENCH_SUITE[name]
+        model, inputs = case.build(), case.inputs()
+        with torch.no_grad():
+            expected = model(*inputs).numpy()
+        row = {"model": name, "ok": True}
+        for mode in ("model", "verify"):
+            compiled = sft_compile(model, inputs, search=mode)
+            row["ok"] &= bool(np.allclose(compiled(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5))
+            row[f"{mode}_plan"] = json.loads(compiled.plan.to_json())
+            row[f"{mode}_search"] = compiled.search.to_dict()
+            row["dispatches"] = compiled.dispatch_count
+        builders = {"eager": (_eager, (name,)), "iree": (_iree_default, (name,)),
+                    "model": (_sft, (name, "model")), "verify": (_sft, (name, "verify"))}
+        if use_torch_compile:
+            builders["torch_compile"] = (_torch_compile, (name,))
+        times, errors = time_in_processes(builders, rounds, calls)
+        row.update({f"{k}_s": v for k, v in times.items()}, errors=errors)
+        best_torch = min(t for t in (times.get("eager"), times.get("torch_compile")) if t)
+        ratio = lambda a, b: (times[b] / times[a]) if times.get(a) and times.get(b) else float("nan")
+        row.update(verify_over_iree=ratio("verify", "iree"), model_over_iree=ratio("model", "iree"),
+                   model_over_verify=ratio("model", "verify"),
+                   verify_over_best_torch=best_torch / times["verify"] if times.get("verify") else float("nan"))
+        rows.append(row)
+        ms = lambda k: f"{times[k] * 1e3:8.3f}" if times.get(k) else f"{'-':>8}"
+        space = row["model_search"].get("space_size_log10", 0.0)
+        print(f"{name:<18}{'y' if row['ok'] else 'N':>3}{row['dispatches']:>5}{f'1e{space:.1f}':>7}"
+              f"{row['verify_search']['chosen'][:33]:>34}{ms('eager')}{ms('torch_compile')}{ms('iree')}"
+              f"{ms('model')}{ms('verify')}{row['verify_over_iree']:>11.2f}x{row['model_over_iree']:>10.2f}x"
+              f"{row['model_over_verify']:>12.2f}x{row['verify_over_best_torch']:>12.2f}x", flush=True)
+        for variant, err in errors.items():
+            print(f"  {variant} failed: {err.strip().splitlines()[-1]}", flush=True)
+    summary = {key: _geomean([r[key] for r in rows]) for key in
+               ("verify_over_iree", "model_over_iree", "model_over_verify", "verify_over_best_torch")}
+    summary["verify_never_slower"] = all(r["verify_over_iree"] >= 1.0 for r in rows)
+    print("\ngeomean: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items() if k != "verify_never_slower"))
+    print("columns: ms per call (medians of interleaved rounds, one process per variant); "
+          "verify/torch: speed-up over the faster of eager and torch.compile")
+    return {"rows": rows, "summary": summary}
+
+
+def quality(models: list[str], kernels: int, candidates: int, rounds: int) -> dict:
+    from ..api import linalg_of, to_sft
+    from ..backend import profile
+    from ..cost.model import default_candidate
+    from ..cost.targets import describe
+    from ..measure import kernel_program, measure_candidates
+    from ..quality import KernelQuality, sample_candidates, summarize
+    from ..space.kernels import contraction_kernels
+    from ..tuning_db import TuningDB
+
+    desc, db = describe("host"), TuningDB()
+    unique = {}
+    for name in models:
+        case = BENCH_SUITE[name]
+        for k in contraction_kernels(to_sft(linalg_of(case.build(), case.inputs())[0])):
+            unique.setdefault(k.key(), k)
+    chosen = list(unique.values())[:kernels]
+    results = []
+    for kernel in tqdm(chosen, desc="kernels", unit="kernel"):
+        default = default_candidate(kernel, profile(kernel_program(kernel, None)).dispatches[0])
+        space, indices, predicted = sample_candidates(kernel, desc, default, candidates)
+        measured = measure_candidates(kernel, space, indices, "host", desc, db,
+                                      dict(zip(indices, predicted)), rounds=rounds)
+        keep = [i for i, idx in enumerate(indices) if measured.get(idx) is not None]
+        results.append(KernelQuality(kernel, [indices[i] for i in keep], [predicted[i] for i in keep],
+                                     [measured[indices[i]] for i in keep]))
+    summary = summarize(results)
+    for r in results:
+        good, total = r.pairs()
+        print(f"  {'x'.join(map(str, r.kernel.domain)):<16}{''.join(r.kernel.roles):<6} "
+              f"n={len(r.indices):<3} spearman {r.spearman():5.2f}  pairs {good}/{total}  "
+              f"regret {r.regret():.2f}x")
+    print(", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()))
+    return {"summary": summary, "kernels": [
+        {"domain": r.kernel.domain, "roles": r.kernel.roles, "indices": r.indices,
+         "predicted_s": r.predicted, "measured_s": r.measured} for r in results]}
+
+
+def plot(result: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for k in result["kernels"]:
+        ax.scatter(np.array(k["predicted_s"]) * 1e6, np.array(k["measured_s"]) * 1e6, s=10,
+                   label="x".join(map(str, k["domain"])))
+    ax.set(xscale="log", yscale="log", xlabel="predicted us", ylabel="measured us",
+           title="sft cost model: predicted vs measured kernel time")
+    ax.legend(fontsize=5, ncol=2)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="sft-bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", choices=("speed", "quality"))
+    p.add_argument("models", nargs="*", help=f"models (default: all of {', '.join(BENCH_SUITE)})")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
+    p.add_argument("--calls", type=int, default=50, help="calls per round (speed)")
+    p.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile (speed)")
+    p.add_argument("--kernels", type=int, default=16, help="kernels to sample (quality)")
+    p.add_argument("--candidates", type=int, default=20, help="candidates per kernel (quality)")
+    p.add_argument("--json", metavar="FILE", help="write every number as JSON")
+    p.add_argument("--plot", metavar="PNG", help="quality: draw predicted vs measured")
+    args = p.parse_args(argv)
+    unknown = [m for m in args.models if m not in BENCH_SUITE]
+    if unknown:
+        p.error(f"unknown model(s) {unknown}; known: {', '.join(BENCH_SUITE)}")
+    models = args.models or list(BENCH_SUITE)
+    if args.mode == "speed":
+        result = speed(models, args.rounds, args.calls, not args.no_torch_compile)
+    else:
+        result = quality(models, args.kernels, args.candidates, max(3, args.rounds // 2))
+        if args.plot:
+            plot(result, args.plot)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""sft-calibrate: measure this host's overheads, bandwidths and FLOP rate for the cost model
+(short IREE microbenchmarks, about a minute) and store them for later searches."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tqdm import tqdm
+
+from ..calibrate import calibrate
+from ..cost.targets import calibration_file
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="sft-calibrate", description=__doc__)
+    p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
+    args = p.parse_args(argv)
+    with tqdm(desc="calibrating", unit="run") as bar:
+        measured = calibrate(args.rounds, progress=bar.update)
+    for key, value in sorted(measured.items()):
+        print(f"{key:<28} {value:.4g}")
+    print(f"stored in {calibration_file()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
