@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from .backend import compile_module
+import numpy as np
+
+from .backend import compile_module, profile
 from .backend.bench import Variant, benchmark
-from .cost.model import IREE_DEFAULT, predict
+from .cost.model import default_candidate, predict
 from .cost.targets import HOST, calibration_file
 from .measure import kernel_inputs, kernel_program
 from .space.kernels import Kernel
@@ -53,7 +55,7 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         variants[f"chain{regions}/sync"] = Variant(art, SERIAL_DRIVER)
     big = 4 << 20  # 16 MiB per buffer: beyond every cache
     variants["stream/sync"] = Variant(compile_module(chain_program(1, big)), SERIAL_DRIVER)
-    small = 16 << 10  # 64 KiB per buffer: in L2
+    small = 64 << 10  # 256 KiB per buffer: in L2
     variants["l2/sync"] = Variant(compile_module(chain_program(1, small)), SERIAL_DRIVER)
     t = benchmark(variants, ["256xf32"], rounds=rounds, progress=progress)
     stream = benchmark({"s": variants.pop("stream/sync")}, [f"{big}xf32"], rounds=rounds)["s"]
@@ -72,8 +74,8 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
     dispatch = max((t["chain17/task"] - t["chain1/task"]) / 16, 0.0)
     # One core's achievable FLOP rate scaled so that the model predicts IREE's default matmul
     # as measured: the model's shape terms stay, its scale comes from this machine.
-    predicted = predict(MATMUL, __import__("numpy").zeros((1, 5), int), HOST, cores=1,
-                        default=IREE_DEFAULT)[0]
+    default = default_candidate(MATMUL, profile(kernel_program(MATMUL, None)).dispatches[0])
+    predicted = predict(MATMUL, np.zeros((1, 5), int), HOST, cores=1, default=default)[0]
     work = m["default/sync"] - t["chain1/sync"]
     return {
         "invoke_overhead": max(t["chain1/task"] - dispatch, 0.0),
@@ -81,7 +83,7 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         "serial_invoke_overhead": max(t["chain1/sync"] - serial_dispatch, 0.0),
         "serial_dispatch_overhead": serial_dispatch,
         "dram_bandwidth": 2 * big * 4 / stream,
-        "l2_bandwidth": 2 * small * 4 / l2,
+        "l2_bandwidth": 2 * small * 4 / max(l2 - t["chain1/sync"], 1e-9),
         "peak_flops_f32": HOST.peak_flops_f32 * predicted / work,
         "parallel_efficiency": min(max(m["default/sync"] / m["default/task"] - 1.0, 0.0), 1.0)
         / (HOST.cores - 1),

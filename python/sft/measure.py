@@ -42,12 +42,13 @@ def kernel_program(kernel: Kernel, config: TileConfig | None) -> str:
 
     a, b, c = (tensor(s) for s in shapes)
     iterators = ", ".join('"reduction"' if r == "k" else '"parallel"' for r in kernel.roles)
+    maps = ", ".join(m if m.startswith("affine_map") else f"affine_map<{m}>" for m in kernel.maps)
     attrs = f" attrs = {{compilation_info = {config.attribute()}}}" if config else ""
     return f"""func.func @main(%a: {a}, %b: {b}) -> {c} {{
   %zero = arith.constant 0.0 : {ty}
   %empty = tensor.empty() : {c}
   %init = linalg.fill ins(%zero : {ty}) outs(%empty : {c}) -> {c}
-  %r = linalg.generic {{indexing_maps = [{", ".join(kernel.maps)}], iterator_types = [{iterators}]}}
+  %r = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{iterators}]}}
       ins(%a, %b : {a}, {b}) outs(%init : {c}){attrs} {{
   ^bb0(%x: {ty}, %y: {ty}, %acc: {ty}):
     %p = arith.mulf %x, %y : {ty}

@@ -1,5 +1,6 @@
 """The command-line tools behave like their MLIR counterparts."""
 
+import json
 import subprocess
 import sys
 
@@ -52,3 +53,19 @@ def test_sft_compile_reports_errors_without_traceback(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert "bad.mlir:2:8: error" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_sft_compile_searches_and_writes_a_report_and_plan(tmp_path):
+    script = tmp_path / "model.py"
+    script.write_text("import torch\nmodel = torch.nn.Linear(64, 128)\n"
+                      "example_inputs = (torch.randn(8, 64),)\n")
+    report, plan = tmp_path / "report.json", tmp_path / "plan.json"
+    proc = subprocess.run([sys.executable, "-m", "sft.tools.compile", str(script), "--search", "model",
+                           "--report", str(report), "--emit", "plan", "-o", str(plan)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(report.read_text())
+    assert data["scored"] > 100 and data["kernels"][0]["domain"] == [8, 128, 64]
+    assert len(data["options"]) == 8 and "space 10^" in proc.stderr
+    from sft.plan import Plan
+    assert Plan.from_json(plan.read_text()).driver in ("", "local-sync")

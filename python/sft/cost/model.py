@@ -78,19 +78,26 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: i
     flop_rate = target.peak_flops_f32 * speedup * lane_use * reuse / spill
     compute = 2.0 * padded / flop_rate
 
-    # Each workgroup streams a dm x K panel of A and a K x dn panel of B from L2 (or DRAM when the
-    # panels do not fit) and writes its dm x dn block.
-    panel = (dm * k + k * dn) * nbytes
-    per_wg = panel + dm * dn * nbytes
-    l2_fit = panel <= target.l2_bytes
-    from_l2 = workgroups * per_wg / (target.l2_bandwidth * speedup)
+    # L2 -> L1: a workgroup reads its dm x K panel of A and K x dn panel of B; a panel that does
+    # not stay in L1 is read again for every register block that walks it (B once per vm rows,
+    # A once per vn columns).
+    a_panel, b_panel = dm * k * nbytes, k * dn * nbytes
+    a_reads = np.where(a_panel <= target.l1_bytes, 1.0, _ceil_div(dn, vn))
+    b_reads = np.where(b_panel <= target.l1_bytes, 1.0, _ceil_div(dm, vm))
+    from_l2 = workgroups * (a_panel * a_reads + b_panel * b_reads + dm * dn * nbytes) / (
+        target.l2_bandwidth * speedup)
+    # DRAM -> L2: every operand once when a workgroup's panels fit in L2, else per workgroup.
+    l2_fit = a_panel + b_panel <= target.l2_bytes
     unique = b * (m * k + k * n + m * n) * nbytes
-    from_dram = np.where(l2_fit, unique, workgroups * per_wg) / target.dram_bandwidth
+    from_dram = np.where(l2_fit, unique, workgroups * (a_panel + b_panel + dm * dn * nbytes)) / (
+        target.dram_bandwidth)
     # The reduction loop is unrolled vk deep: short steps pay loop overhead per register block.
     steps = workgroups * _ceil_div(dm, vm) * _ceil_div(dn, vn) * _ceil_div(k, vk)
     loop = steps * 2.0 / (3e9 * speedup)
 
-    return np.maximum(compute, np.maximum(from_l2, from_dram)) + loop + waves * target.workgroup_overhead
+    memory = np.maximum(from_l2, from_dram)
+    exposed = (1.0 - target.overlap) * np.minimum(compute, memory)
+    return np.maximum(compute, memory) + exposed + loop + waves * target.workgroup_overhead
 
 
 def option_speedup(options: ModuleOptions, target: TargetDesc) -> float:

@@ -37,6 +37,8 @@ class TargetDesc:
     serial_invoke_overhead: float = 0.0
     serial_dispatch_overhead: float = 0.0
     parallel_efficiency: float = 1.0      # speed-up per extra core actually obtained (0..1)
+    # How much of the shorter of compute and memory time hides under the longer (1: all of it).
+    overlap: float = 1.0
     # Contraction speed relative to IREE's default codegen under backend options (measured by
     # `sft-calibrate` on the host; 1.0 where unknown).
     data_tiling_speedup: float = 1.0
@@ -52,7 +54,7 @@ HOST = TargetDesc(
     peak_flops_f32=120e9, l1_bytes=32 * 1024, l2_bytes=1024 * 1024,
     l1_bandwidth=200e9, l2_bandwidth=100e9, dram_bandwidth=20e9,
     dispatch_overhead=4e-6, workgroup_overhead=0.6e-6, invoke_overhead=45e-6,
-    serial_invoke_overhead=2e-6, serial_dispatch_overhead=1e-6, parallel_efficiency=0.5,
+    serial_invoke_overhead=2e-6, serial_dispatch_overhead=1e-6, parallel_efficiency=0.5, overlap=0.5,
 )
 
 SM80 = TargetDesc(  # NVIDIA A100 SXM 40GB: 108 SMs, 19.5 TF32... f32 FMA 19.5 TFLOP/s, 1555 GB/s

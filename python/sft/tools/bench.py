@@ -125,7 +125,7 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
     return {"rows": rows, "summary": summary}
 
 
-def quality(models: list[str], kernels: int, candidates: int, rounds: int) -> dict:
+def quality(models: list[str], kernels: int, candidates: int, rounds: int, seed: int = 0) -> dict:
     from ..api import linalg_of, to_sft
     from ..backend import profile
     from ..cost.model import default_candidate
@@ -145,7 +145,7 @@ def quality(models: list[str], kernels: int, candidates: int, rounds: int) -> di
     results = []
     for kernel in tqdm(chosen, desc="kernels", unit="kernel"):
         default = default_candidate(kernel, profile(kernel_program(kernel, None)).dispatches[0])
-        space, indices, predicted = sample_candidates(kernel, desc, default, candidates)
+        space, indices, predicted = sample_candidates(kernel, desc, default, candidates, seed=seed)
         measured = measure_candidates(kernel, space, indices, "host", desc, db,
                                       dict(zip(indices, predicted)), rounds=rounds)
         keep = [i for i, idx in enumerate(indices) if measured.get(idx) is not None]
@@ -189,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile (speed)")
     p.add_argument("--kernels", type=int, default=16, help="kernels to sample (quality)")
     p.add_argument("--candidates", type=int, default=20, help="candidates per kernel (quality)")
+    p.add_argument("--seed", type=int, default=0, help="candidate sampling seed (quality)")
     p.add_argument("--json", metavar="FILE", help="write every number as JSON")
     p.add_argument("--plot", metavar="PNG", help="quality: draw predicted vs measured")
     args = p.parse_args(argv)
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "speed":
         result = speed(models, args.rounds, args.calls, not args.no_torch_compile)
     else:
-        result = quality(models, args.kernels, args.candidates, max(3, args.rounds // 2))
+        result = quality(models, args.kernels, args.candidates, max(3, args.rounds // 2), args.seed)
         if args.plot:
             plot(result, args.plot)
     if args.json:

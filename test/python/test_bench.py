@@ -1,0 +1,33 @@
+"""sft-bench and the process-isolated timing under it (timings are printed, never asserted)."""
+
+import json
+
+import pytest
+
+from sft.backend.timing import time_in_processes
+from sft.tools import bench
+from sft.tools.bench import _sft
+
+
+def test_speed_table_and_json(tmp_path, capsys):
+    out = tmp_path / "speed.json"
+    assert bench.main(["speed", "relu", "--rounds", "1", "--calls", "2", "--no-torch-compile",
+                       "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "relu" in printed and "geomean" in printed
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["ok"] and row["errors"] == {}
+    for variant in ("eager", "iree", "model", "verify"):
+        assert row[f"{variant}_s"] > 0
+    assert row["verify_search"]["measured_s"]["program iree-default"] > 0
+
+
+def test_a_variant_that_fails_to_build_is_recorded_not_fatal():
+    medians, errors = time_in_processes({"broken": (_sft, ("no_such_model", "none"))}, 1, 1)
+    assert medians == {"broken": None} and "no_such_model" in errors["broken"]
+
+
+def test_unknown_model_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["speed", "resnet9000"])
+    assert exc.value.code == 2 and "unknown model" in capsys.readouterr().err
