@@ -124,3 +124,34 @@ def test_profile_reads_iree_dispatches_and_default_configs():
     dm, dn, vm, vn, vk = default_candidate(kernel, first)
     dist, par, red = first.config
     assert (dm, dn, vm, vn, vk) == (dist[0], dist[1], par[0], par[1], red[2])
+
+
+def test_quality_metrics_on_a_hand_made_ranking():
+    from sft.quality import KernelQuality, summarize
+
+    # predicted order 0 < 1 < 2 < 3; measured order 1 < 0 < 2 < 3: one pair of six is wrong.
+    q = KernelQuality(MATMUL, [0, 1, 2, 3], [1.0, 2.0, 3.0, 4.0], [2.0, 1.0, 3.0, 4.0])
+    assert q.pairs() == (5, 6)
+    assert not q.recall(1) and q.recall(2)
+    assert q.regret() == pytest.approx(2.0)
+    assert q.spearman() == pytest.approx(0.8)
+    # a 1% difference is noise: that pair is not counted
+    assert KernelQuality(MATMUL, [0, 1], [1.0, 2.0], [1.01, 1.0]).pairs() == (0, 0)
+    s = summarize([q])
+    assert s["pairwise_accuracy"] == pytest.approx(5 / 6) and s["candidates"] == 4
+
+
+def test_kernels_take_the_layout_iree_compiles():
+    from sft.space.kernels import in_layout
+
+    k = Kernel(0, (8, 16, 32), ("m", "n", "k"), 4,
+               ("(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d2, d1)", "(d0, d1, d2) -> (d0, d1)"))
+    assert not k.b_transposed
+    t = in_layout(k, ("(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d1, d2)", "(d0, d1, d2) -> (d0, d1)"))
+    assert t.b_transposed and t.key() != k.key()
+    assert (tile_space(t).candidates[1:, 4] == 16).all()  # whole-vector reduction steps only
+    assert in_layout(k, ("(d0, d1, d2) -> (d0, d1)",) * 3) == k  # other loops: kept as it is
+    cands = np.array([[8, 16, 1, 16, 4], [8, 16, 8, 16, 4]])
+    plain, transposed = predict(k, cands, SIMPLE), predict(t, cands, SIMPLE)
+    assert transposed[0] > plain[0]  # one row per block pays the whole transpose
+    assert transposed[0] / plain[0] > transposed[1] / plain[1]

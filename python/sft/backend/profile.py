@@ -17,7 +17,14 @@ _DIMS = re.compile(r"_(\d+(?:x\d+)+)(?:_|x[a-z]|$)")
 _BUFFER = re.compile(r"hal\.interface\.binding\.subspan.*?: memref<((?:\d+x)+)([a-z]+)(\d+)")
 _CONFIG = re.compile(r"lowering_config<distribution = \[([\d, ]*)\], vector_common_parallel = "
                      r"\[([\d, ]*)\], vector_reduction = \[([\d, ]*)\]>")
+_MAP = re.compile(r"affine_map<(\([^)]*\) -> \([^)]*\))>")
 CONTRACTION_WORDS = ("matmul", "mmt4d", "conv", "contract")
+# Named ops print no indexing maps: theirs are implied.
+_IMPLIED_MAPS = {
+    "linalg.matmul": ("(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d2, d1)", "(d0, d1, d2) -> (d0, d1)"),
+    "linalg.batch_matmul": ("(d0, d1, d2, d3) -> (d0, d1, d3)", "(d0, d1, d2, d3) -> (d0, d3, d2)",
+                            "(d0, d1, d2, d3) -> (d0, d1, d2)"),
+}
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -31,6 +38,7 @@ class Dispatch:
     dims: tuple[int, ...]             # the root op's loop extents (empty when not in the name)
     bytes: int                        # total size of the buffers bound to it
     config: tuple[tuple[int, ...], ...] | None  # (distribution, vector parallel, vector reduction)
+    maps: tuple[str, ...] = ()        # the root op's indexing maps, as IREE holds them
 
     @property
     def is_contraction(self) -> bool:
@@ -65,7 +73,7 @@ def parse_profile(text: str) -> Profile:
             dims = _DIMS.search(func.group(2) + "_")
             current = dict(index=int(func.group(1)), name=func.group(2),
                            dims=tuple(int(x) for x in dims.group(1).split("x")) if dims else (),
-                           bytes=0, config=None)
+                           bytes=0, config=None, maps=())
             continue
         if current is None:
             continue
@@ -76,6 +84,8 @@ def parse_profile(text: str) -> Profile:
         config = _CONFIG.search(line)
         if config and current["config"] is None and any(_ints(config.group(3))):
             current["config"] = tuple(_ints(config.group(i)) for i in (1, 2, 3))
+            op = re.search(r"= (linalg\.\w+)", line)
+            current["maps"] = tuple(_MAP.findall(line)) or _IMPLIED_MAPS.get(op.group(1) if op else "", ())
     close()
     count = max((d.index for d in dispatches), default=-1) + 1
     return Profile(tuple(dispatches), count)

@@ -73,7 +73,12 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: i
     live = vm * vectors_n + vk * vectors_n + vm
     spill = np.where(live > target.vector_registers, live / target.vector_registers, 1.0) ** 2
     # Two FMAs and two loads issue per cycle: a block needs as many FMAs as loads to stay FMA-bound.
-    reuse = np.minimum(1.0, (vm * vectors_n) / (vm + vectors_n))
+    # When B is contiguous along k, each vn x vk tile of it is transposed in registers
+    # (log2(lanes) shuffle stages, one shuffle per cycle), amortised over the vm rows of the block.
+    fma_slots = vm * vectors_n
+    load_slots = vm + vectors_n
+    shuffle = (target.transpose_cost * np.log2(lanes) * vectors_n * 2.0) if kernel.b_transposed else 0.0
+    reuse = np.minimum(1.0, fma_slots / np.maximum(load_slots, shuffle))
     padded = b * (_ceil_div(m, vm) * vm) * (_ceil_div(n, vn) * vn) * k
     flop_rate = target.peak_flops_f32 * speedup * lane_use * reuse / spill
     compute = 2.0 * padded / flop_rate
@@ -84,6 +89,12 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: i
     a_panel, b_panel = dm * k * nbytes, k * dn * nbytes
     a_reads = np.where(a_panel <= target.l1_bytes, 1.0, _ceil_div(dn, vn))
     b_reads = np.where(b_panel <= target.l1_bytes, 1.0, _ceil_div(dm, vm))
+    if kernel.b_transposed:
+        # B read across its rows: a step touches vn cache lines and uses vk elements of each;
+        # once a block's vn x K strip outgrows L1 the lines are gone before the next step.
+        line = 64.0 / nbytes
+        strip_fits = vn * k * nbytes <= target.l1_bytes
+        b_reads = b_reads * np.where(strip_fits, 1.0, np.maximum(1.0, line / vk))
     from_l2 = workgroups * (a_panel * a_reads + b_panel * b_reads + dm * dn * nbytes) / (
         target.l2_bandwidth * speedup)
     # DRAM -> L2: every operand once when a workgroup's panels fit in L2, else per workgroup.

@@ -37,6 +37,8 @@ class TargetDesc:
     serial_invoke_overhead: float = 0.0
     serial_dispatch_overhead: float = 0.0
     parallel_efficiency: float = 1.0      # speed-up per extra core actually obtained (0..1)
+    # Shuffles per element-vector per stage when a register tile is transposed (CPU).
+    transpose_cost: float = 1.0
     # How much of the shorter of compute and memory time hides under the longer (1: all of it).
     overlap: float = 1.0
     # Contraction speed relative to IREE's default codegen under backend options (measured by

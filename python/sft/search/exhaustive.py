@@ -15,7 +15,7 @@ from ..backend.profile import Profile
 from ..cost.model import (default_candidate, memory_bound, option_speedup, other_dispatches,
                           overheads, predict)
 from ..cost.targets import TargetDesc
-from ..space.kernels import Kernel
+from ..space.kernels import Kernel, in_layout
 from ..space.options import ModuleOptions
 from ..space.tiles import TileSpace, tile_space
 
@@ -107,14 +107,22 @@ def rank_tiles(kernel: Kernel, space: TileSpace, target: TargetDesc, cores: int,
     return KernelChoice(kernel, space, tuple(keep), tuple(float(times[i]) for i in keep))
 
 
+def as_compiled(kernels: list[Kernel], profile: Profile) -> tuple[list[Kernel], list[tuple]]:
+    """The kernels in the operand layouts IREE compiles them in, and IREE's default candidate
+    for each, both read from its dispatches."""
+    seen = [profile.contraction(k.domain) for k in kernels]
+    return ([in_layout(k, d.maps) if d else k for k, d in zip(kernels, seen)],
+            [default_candidate(k, d) for k, d in zip(kernels, seen)])
+
+
 def search_program(kernels: list[Kernel], profiles: dict[bool, Profile], target: TargetDesc,
                    options: list[ModuleOptions], top_k: int = 5) -> SearchReport:
     """Rank every option set by the predicted time of its best plan. `profiles` maps
     data tiling off/on to IREE's view of the program under it."""
     report = SearchReport()
     start = time.perf_counter()
+    kernels, defaults = as_compiled(kernels, profiles[False])
     spaces = [tile_space(k) for k in kernels]
-    defaults = [default_candidate(k, profiles[False].contraction(k.domain)) for k in kernels]
     by_cores: dict[int, list[KernelChoice]] = {}
     for cores in sorted({1 if o.serial else target.cores for o in options}):
         by_cores[cores] = [rank_tiles(k, s, target, cores, d, top_k)

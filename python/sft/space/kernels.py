@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import re
 from dataclasses import dataclass
 
 from .. import dialect
@@ -37,10 +39,32 @@ class Kernel:
     k = property(lambda self: self.extent("k"))
     batch = property(lambda self: self.extent("b"))
 
+    @property
+    def b_transposed(self) -> bool:
+        """The second operand is contiguous along k rather than n: a register block of B
+        vectors along n needs a transpose."""
+        dims = _result_dims(self.maps[1]) if len(self.maps) == 3 else []
+        return bool(dims) and self.roles[dims[-1]] == "k"
+
     def key(self) -> str:
         """Canonical hash of what the kernel computes (ops, shapes, dtypes), for the tuning DB."""
         text = f"contract|{self.domain}|{self.roles}|{self.element_bytes}|{self.maps}"
         return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _result_dims(map_text: str) -> list[int]:
+    return [int(d) for d in re.findall(r"d(\d+)", map_text.split("->")[1])]
+
+
+def in_layout(kernel: Kernel, maps: tuple[str, ...]) -> Kernel:
+    """The kernel with the operand layouts IREE actually compiles (after it folds transposes into
+    the contraction), when `maps` describe the same loops; else the kernel as it is."""
+    if len(maps) != 3 or len(kernel.maps) != 3 or _result_dims(maps[2]) != _result_dims(kernel.maps[2]):
+        return kernel
+    if sorted(_result_dims(maps[0]) + _result_dims(maps[1])) != sorted(
+            _result_dims(kernel.maps[0]) + _result_dims(kernel.maps[1])):
+        return kernel
+    return dataclasses.replace(kernel, maps=tuple(maps))
 
 
 def contraction_kernels(module) -> list[Kernel]:

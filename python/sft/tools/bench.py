@@ -126,11 +126,13 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
 
 
 def quality(models: list[str], kernels: int, candidates: int, rounds: int, seed: int = 0) -> dict:
-    from ..api import linalg_of, to_sft
+    from .. import ir
+    from ..api import linalg_of, lower, to_sft
     from ..backend import profile
-    from ..cost.model import default_candidate
     from ..cost.targets import describe
-    from ..measure import kernel_program, measure_candidates
+    from ..measure import measure_candidates
+    from ..plan import Plan
+    from ..search.exhaustive import as_compiled
     from ..quality import KernelQuality, sample_candidates, summarize
     from ..space.kernels import contraction_kernels
     from ..tuning_db import TuningDB
@@ -139,12 +141,12 @@ def quality(models: list[str], kernels: int, candidates: int, rounds: int, seed:
     unique = {}
     for name in models:
         case = BENCH_SUITE[name]
-        for k in contraction_kernels(to_sft(linalg_of(case.build(), case.inputs())[0])):
-            unique.setdefault(k.key(), k)
-    chosen = list(unique.values())[:kernels]
+        sft_module = to_sft(linalg_of(case.build(), case.inputs())[0])
+        seen = profile(lower(to_sft(ir.print_module(sft_module)), Plan())[1])
+        for k, default in zip(*as_compiled(contraction_kernels(sft_module), seen)):
+            unique.setdefault(k.key(), (k, default))
     results = []
-    for kernel in tqdm(chosen, desc="kernels", unit="kernel"):
-        default = default_candidate(kernel, profile(kernel_program(kernel, None)).dispatches[0])
+    for kernel, default in tqdm(list(unique.values())[:kernels], desc="kernels", unit="kernel"):
         space, indices, predicted = sample_candidates(kernel, desc, default, candidates, seed=seed)
         measured = measure_candidates(kernel, space, indices, "host", desc, db,
                                       dict(zip(indices, predicted)), rounds=rounds)
@@ -154,12 +156,13 @@ def quality(models: list[str], kernels: int, candidates: int, rounds: int, seed:
     summary = summarize(results)
     for r in results:
         good, total = r.pairs()
-        print(f"  {'x'.join(map(str, r.kernel.domain)):<16}{''.join(r.kernel.roles):<6} "
+        print(f"  {'x'.join(map(str, r.kernel.domain)):<16}{''.join(r.kernel.roles):<6}"
+              f"{'B^T' if r.kernel.b_transposed else '':<4}"
               f"n={len(r.indices):<3} spearman {r.spearman():5.2f}  pairs {good}/{total}  "
               f"regret {r.regret():.2f}x")
     print(", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()))
     return {"summary": summary, "kernels": [
-        {"domain": r.kernel.domain, "roles": r.kernel.roles, "indices": r.indices,
+        {"domain": r.kernel.domain, "roles": r.kernel.roles, "maps": r.kernel.maps, "indices": r.indices,
          "predicted_s": r.predicted, "measured_s": r.measured} for r in results]}
 
 
