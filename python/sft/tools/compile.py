@@ -49,11 +49,12 @@ def main(argv: list[str] | None = None) -> int:
             specs = _input_specs(inputs)
         else:
             linalg, name = linalg_of(Path(args.input))
-            specs = _specs_from_mlir(linalg)
+            specs = None
         plan = Plan.from_json(Path(args.plan).read_text()) if args.plan else Plan()
         sft_module = to_sft(linalg, name)
         sft_text = sft_module.operation.get_asm(enable_debug_info=False)
         if args.search != "none" and not args.plan:
+            specs = specs or _specs_from_mlir(linalg)
             plan, report = searched_plan(sft_text, args.target, args.search, specs, TuningDB())
             print(report.to_text(), file=sys.stderr)
             if args.report:
