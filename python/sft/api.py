@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from . import ir
 from .backend import compile_module, load
@@ -160,12 +162,17 @@ def searched_plan(sft_text: str, target: str, search: str, specs, db: TuningDB) 
     tkey = target_key(describe(target))
     hit = db.lookup_plan(workload, tkey, search)
     if hit is not None:
-        report = SearchReport(chosen="replayed from the tuning database")
+        stored = json.loads(hit[1])
+        report = SearchReport(scored=stored.get("scored", 0),
+                              space_size_log10=stored.get("space_size_log10", 0.0),
+                              measured=stored.get("measured_s", {}),
+                              chosen=f"{stored.get('chosen', '')} (replayed from the tuning database)")
         return Plan.from_json(hit[0]), report
     plan, report = search_plan(sft_text, target)
     if search == "verify":
-        plan = verify(report, lambda p: lower(to_sft(sft_text), p)[1], target, describe(target),
-                      _random_inputs(specs), db)
+        with tqdm(desc="sft verify", unit="run", leave=False) as bar:
+            plan = verify(report, lambda p: lower(to_sft(sft_text), p)[1], target, describe(target),
+                          _random_inputs(specs), db, progress=bar.update)
     db.record_plan(workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .backend import compile_module
 from .backend.bench import Variant, benchmark
+from .backend.timing import loaded_call, time_in_processes
 from .cost.targets import TargetDesc
 from .errors import SftError
 from .plan import Plan, TileConfig
@@ -26,6 +27,7 @@ from .space.options import SERIAL_DRIVER
 from .tuning_db import TuningDB
 
 _TYPES = {2: "f16", 4: "f32", 8: "f64"}
+SEARCH_REVISION = 2  # bump when the space or the cost model changes what a search would pick
 
 
 def kernel_program(kernel: Kernel, config: TileConfig | None) -> str:
@@ -71,7 +73,10 @@ def kernel_inputs(kernel: Kernel) -> list[str]:
 
 
 def target_key(desc: TargetDesc) -> str:
-    return f"{desc.name}-{hashlib.sha256(desc.to_json().encode()).hexdigest()[:12]}"
+    """The target part of a tuning-database key: its description, and the revision of the space
+    and cost model that searched it (a new revision searches again instead of replaying)."""
+    text = f"{SEARCH_REVISION}|{desc.to_json()}"
+    return f"{desc.name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 @dataclass
@@ -147,7 +152,12 @@ def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inpu
             plans[name] = plan
         except SftError:
             report.measured[name] = None
-    timed = benchmark(variants, inputs, rounds=rounds, progress=progress)
+    # Programs are timed the way they are used, called from Python through iree.runtime, each
+    # in a process of its own: which driver wins depends on the caller's thread too.
+    timed, _ = time_in_processes({name: (loaded_call, (v.artifact, v.driver, inputs))
+                                  for name, v in variants.items()}, rounds, calls=20)
+    if progress:
+        progress(len(variants) * rounds)
     report.measured.update({f"program {k}": v for k, v in timed.items()})
     ok = {k: v for k, v in timed.items() if v is not None}
     if not ok:

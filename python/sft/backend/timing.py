@@ -27,6 +27,15 @@ def time_calls(fns: dict, rounds: int, calls: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def loaded_call(artifact, driver: str, arrays: list):
+    """A builder for `time_in_processes`: the compiled module loaded on `driver`, called on
+    `arrays`."""
+    from .iree import load
+
+    fn = load(artifact, driver=driver)
+    return lambda: fn(*arrays)
+
+
 def _worker(conn, build, args, calls: int) -> None:
     try:
         fn = build(*args)
@@ -42,10 +51,13 @@ def _worker(conn, build, args, calls: int) -> None:
         conn.send(("time", (time.perf_counter() - start) / calls))
 
 
-def time_in_processes(builders: dict, rounds: int, calls: int, timeout: float = 600.0):
+def time_in_processes(builders: dict, rounds: int, calls: int, timeout: float = 600.0,
+                      settle: float = 0.2):
     """Median seconds per call for each `name -> (build, args)`; `build(*args)` runs in a fresh
     process and returns the callable to time. Returns (medians, errors): a variant whose build
-    fails or that stops answering within `timeout` gets None and its error text."""
+    fails or that stops answering within `timeout` gets None and its error text. Between turns
+    the machine gets `settle` seconds, so that threads still spinning after one variant's turn
+    (OpenMP's spin-wait, IREE's workers) do not steal from the next."""
     ctx = multiprocessing.get_context("spawn")
     workers, errors = {}, {}
     for name, (build, args) in builders.items():
@@ -72,6 +84,7 @@ def time_in_processes(builders: dict, rounds: int, calls: int, timeout: float = 
             workers.pop(name)[0].kill()
     for _ in range(rounds):
         for name in list(workers):
+            time.sleep(settle)
             workers[name][1].send("go")
             kind, payload = answer(name)
             if kind == "error":
