@@ -27,7 +27,8 @@ from .space.options import SERIAL_DRIVER
 from .tuning_db import TuningDB
 
 _TYPES = {2: "f16", 4: "f32", 8: "f64"}
-SEARCH_REVISION = 2  # bump when the space or the cost model changes what a search would pick
+MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary about that much)
+SEARCH_REVISION = 3  # bump when the space or the cost model changes what a search would pick
 
 
 def kernel_program(kernel: Kernel, config: TileConfig | None) -> str:
@@ -119,11 +120,11 @@ def measure_kernel(choice: KernelChoice, target: str, desc: TargetDesc, db: Tuni
     seconds = measure_candidates(choice.kernel, choice.space, indices, target, desc, db,
                                  dict(zip(choice.ranked, choice.predicted)), progress=progress)
     ok = {i: s for i, s in seconds.items() if s is not None}
-    return KernelMeasurement(min(ok, key=ok.get) if ok else 0, seconds)
+    return KernelMeasurement(_significant_best(ok, 0) if ok else 0, seconds)
 
 
 def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inputs: list,
-           db: TuningDB, top_options: int = 3, top_k: int = 3, rounds: int = 5,
+           db: TuningDB, top_options: int = 4, top_k: int = 3, rounds: int = 5,
            progress=None) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles)
     and IREE's default. `lower_plan(plan)` gives the program text a plan compiles from."""
@@ -162,6 +163,15 @@ def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inpu
     ok = {k: v for k, v in timed.items() if v is not None}
     if not ok:
         raise SftError("verify: no candidate plan, not even IREE's default, could be timed")
-    best = min(ok, key=ok.get)
+    best = _significant_best(ok, "iree-default")
     report.chosen = best
     return plans[best]
+
+
+def _significant_best(seconds: dict, default, margin: float = MARGIN):
+    """The fastest measured, unless it beats `default` by less than `margin`: gains that small
+    are within run-to-run noise here, and IREE's own choice is the safer one to keep."""
+    best = min(seconds, key=seconds.get)
+    if default in seconds and seconds[best] > seconds[default] * (1.0 - margin):
+        return default
+    return best

@@ -155,3 +155,11 @@ def test_kernels_take_the_layout_iree_compiles():
     plain, transposed = predict(k, cands, SIMPLE), predict(t, cands, SIMPLE)
     assert transposed[0] > plain[0]  # one row per block pays the whole transpose
     assert transposed[0] / plain[0] > transposed[1] / plain[1]
+
+
+def test_verify_keeps_the_default_unless_the_gain_is_beyond_noise():
+    from sft.measure import _significant_best
+
+    assert _significant_best({0: 1.00, 1: 0.99}, 0) == 0      # 1%: noise
+    assert _significant_best({0: 1.00, 1: 0.90}, 0) == 1      # 10%: real
+    assert _significant_best({1: 0.90, 2: 0.80}, 0) == 2      # default failed: the fastest
