@@ -152,11 +152,11 @@ def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inpu
             variants[name] = Variant(compile_module(lower_plan(plan), target, plan.flags), plan.driver)
             plans[name] = plan
         except SftError:
-            report.measured[name] = None
+            report.measured[f"program {name}"] = None
     # Programs are timed the way they are used, called from Python through iree.runtime, each
     # in a process of its own: which driver wins depends on the caller's thread too.
     timed, _ = time_in_processes({name: (loaded_call, (v.artifact, v.driver, inputs))
-                                  for name, v in variants.items()}, rounds, calls=20)
+                                  for name, v in variants.items()}, rounds, calls=20, timeout=120.0)
     if progress:
         progress(len(variants) * rounds)
     report.measured.update({f"program {k}": v for k, v in timed.items()})

@@ -13,20 +13,6 @@ import time
 import traceback
 
 
-def time_calls(fns: dict, rounds: int, calls: int) -> dict[str, float]:
-    """Median seconds per call of each in-process fn, the rounds interleaved across fns."""
-    samples = {k: [] for k in fns}
-    for fn in fns.values():
-        fn()  # warm up
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            samples[name].append((time.perf_counter() - start) / calls)
-    return {k: statistics.median(v) for k, v in samples.items()}
-
-
 def loaded_call(artifact, driver: str, arrays: list):
     """A builder for `time_in_processes`: the compiled module loaded on `driver`, called on
     `arrays`."""
