@@ -20,8 +20,9 @@ from .measure import kernel_inputs, kernel_program
 from .space.kernels import Kernel
 from .space.options import DATA_TILING, SERIAL_DRIVER, UKERNELS
 
+# The layout of every nn.Linear: weights stored [n, k], contiguous along k.
 MATMUL = Kernel(0, (256, 256, 256), ("m", "n", "k"), 4,
-                ("affine_map<(d0, d1, d2) -> (d0, d2)>", "affine_map<(d0, d1, d2) -> (d2, d1)>",
+                ("affine_map<(d0, d1, d2) -> (d0, d2)>", "affine_map<(d0, d1, d2) -> (d1, d2)>",
                  "affine_map<(d0, d1, d2) -> (d0, d1)>"))
 
 
