@@ -31,3 +31,21 @@ def test_unknown_model_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
         bench.main(["speed", "resnet9000"])
     assert exc.value.code == 2 and "unknown model" in capsys.readouterr().err
+
+
+def _dies_on_second_call():
+    """A builder whose callable kills its process on the second call."""
+    import os
+
+    calls = []
+
+    def run():
+        calls.append(1)
+        if len(calls) > 1:
+            os._exit(3)
+    return run
+
+
+def test_a_worker_that_dies_mid_run_is_recorded_not_waited_for():
+    medians, errors = time_in_processes({"dies": (_dies_on_second_call, ())}, 2, 1, timeout=60)
+    assert medians == {"dies": None} and "died" in errors["dies"]

@@ -50,6 +50,7 @@ def time_in_processes(builders: dict, rounds: int, calls: int, timeout: float = 
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=_worker, args=(child, build, args, calls), daemon=True)
         proc.start()
+        child.close()  # the worker holds the only write end: its death reads as EOF here
         workers[name] = (proc, parent)
     samples = {name: [] for name in builders}
 
