@@ -59,9 +59,9 @@ class SearchReport:
         return self.ranked[0].kernels if self.ranked else ()
 
     def summary(self) -> str:
-        rate = self.scored / self.seconds if self.seconds else float("inf")
+        rate = f" ({self.scored / self.seconds:.2e}/s)" if self.scored and self.seconds else ""
         return (f"{len(self.choices)} kernels, space 10^{self.space_size_log10:.1f} plans, "
-                f"{self.scored} candidates scored in {self.seconds * 1e3:.1f} ms ({rate:.2e}/s)")
+                f"{self.scored} candidates scored in {self.seconds * 1e3:.1f} ms{rate}")
 
     def to_dict(self) -> dict:
         return {
