@@ -60,7 +60,7 @@ def sample_candidates(kernel: Kernel, desc, default, count: int, top: int = 5, s
     chosen = list(dict.fromkeys([*order[:top], 0]))
     rest = [i for i in order if i not in chosen]
     rng = np.random.default_rng(seed)
-    chosen += [int(i) for i in rng.choice(rest, size=min(len(rest), count - len(chosen)), replace=False)]
+    chosen += [int(i) for i in rng.choice(rest, size=max(0, min(len(rest), count - len(chosen))), replace=False)]
     return space, chosen, [float(times[i]) for i in chosen]
 
 
