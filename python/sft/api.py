@@ -132,15 +132,23 @@ def linalg_of(model, example_inputs=()) -> tuple[str, str]:
     return import_torch(model, example_inputs), type(model).__name__
 
 
-def search_plan(sft_text: str, target: str) -> tuple[Plan, SearchReport]:
-    """The plan the cost model predicts fastest, and the search's report. IREE's view of the
-    program (its dispatches and default configs, with and without data tiling) is read once."""
-    desc = describe(target)
-    default_text = lower(to_sft(sft_text), Plan())[1]
-    options = option_space(target)
+def iree_view(sft_text: str, target: str, options) -> tuple[list, dict]:
+    """The program's contraction kernels, and IREE's view of the program (its dispatches and
+    default configs) with data tiling off and, where `options` use it, on."""
+    module = to_sft(sft_text)
+    kernels = contraction_kernels(module)
+    default_text = lower(module, Plan())[1]
     profiles = {dt: profile(default_text, target, (DATA_TILING,) * dt)
                 for dt in sorted({o.data_tiling for o in options})}
-    report = search_program(contraction_kernels(to_sft(sft_text)), profiles, desc, options)
+    return kernels, profiles
+
+
+def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
+    """The plan the cost model predicts fastest for `target` (described by `desc`), and the
+    search's report."""
+    options = option_space(target)
+    kernels, profiles = iree_view(sft_text, target, options)
+    report = search_program(kernels, profiles, desc, options)
     best = report.ranked[0]
     tiles = ()
     if best.options.keeps_tiles:
@@ -159,7 +167,8 @@ def searched_plan(sft_text: str, target: str, search: str, specs, db: TuningDB) 
     """search="model" or "verify": replayed from the tuning database when this program was
     searched before on this target and compiler, else searched (and recorded)."""
     workload = hashlib.sha256(sft_text.encode()).hexdigest()[:24]
-    tkey = target_key(describe(target))
+    desc = describe(target)
+    tkey = target_key(desc)
     hit = db.lookup_plan(workload, tkey, search)
     if hit is not None:
         stored = json.loads(hit[1])
@@ -168,10 +177,10 @@ def searched_plan(sft_text: str, target: str, search: str, specs, db: TuningDB) 
                               measured=stored.get("measured_s", {}),
                               chosen=f"{stored.get('chosen', '')} (replayed from the tuning database)")
         return Plan.from_json(hit[0]), report
-    plan, report = search_plan(sft_text, target)
+    plan, report = search_plan(sft_text, target, desc)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
-            plan = verify(report, lambda p: lower(to_sft(sft_text), p)[1], target, describe(target),
+            plan = verify(report, lambda p: lower(to_sft(sft_text), p)[1], target, desc,
                           _random_inputs(specs), db, progress=bar.update)
     db.record_plan(workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
@@ -194,7 +203,6 @@ def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = 
     specs = _input_specs(example_inputs) if example_inputs else _specs_from_mlir(linalg_text)
     if plan is None and search != "none":
         plan, report = searched_plan(sft_text, target, search, specs, TuningDB())
-        sft_module = to_sft(sft_text)
     plan = plan or Plan()
     lowered, planned = lower(sft_module, plan)
     try:

@@ -54,13 +54,14 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         art = compile_module(chain_program(regions, 256))
         variants[f"chain{regions}/task"] = Variant(art)
         variants[f"chain{regions}/sync"] = Variant(art, SERIAL_DRIVER)
-    big = 4 << 20  # 16 MiB per buffer: beyond every cache
-    variants["stream/sync"] = Variant(compile_module(chain_program(1, big)), SERIAL_DRIVER)
-    small = 64 << 10  # 256 KiB per buffer: in L2
-    variants["l2/sync"] = Variant(compile_module(chain_program(1, small)), SERIAL_DRIVER)
     t = benchmark(variants, ["256xf32"], rounds=rounds, progress=progress)
-    stream = benchmark({"s": variants.pop("stream/sync")}, [f"{big}xf32"], rounds=rounds)["s"]
-    l2 = benchmark({"s": variants.pop("l2/sync")}, [f"{small}xf32"], rounds=rounds)["s"]
+
+    def copy_seconds(n: int) -> float:
+        variant = Variant(compile_module(chain_program(1, n)), SERIAL_DRIVER)
+        return benchmark({"copy": variant}, [f"{n}xf32"], rounds=rounds, progress=progress)["copy"]
+
+    big, small = 4 << 20, 64 << 10  # 16 MiB per buffer: beyond every cache; 256 KiB: in L2
+    stream, l2 = copy_seconds(big), copy_seconds(small)
 
     matmul = {}
     for name, flags in (("default", ()), ("dt", (DATA_TILING,)), ("uk", (UKERNELS,)),

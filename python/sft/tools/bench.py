@@ -23,23 +23,12 @@ from ..models import BENCH_SUITE
 
 
 # Builders run in the timing worker processes: each returns the callable to time.
-def _eager(name: str):
+def _torch(name: str, compiled: bool):
     import torch
 
     case = BENCH_SUITE[name]
     model, inputs = case.build(), case.inputs()
-
-    def run():
-        with torch.no_grad():
-            model(*inputs)
-    return run
-
-
-def _torch_compile(name: str):
-    import torch
-
-    case = BENCH_SUITE[name]
-    model, inputs = torch.compile(case.build()), case.inputs()
+    model = torch.compile(model) if compiled else model
 
     def run():
         with torch.no_grad():
@@ -96,10 +85,10 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
             row[f"{mode}_plan"] = json.loads(compiled.plan.to_json())
             row[f"{mode}_search"] = compiled.search.to_dict()
             row["dispatches"] = compiled.dispatch_count
-        builders = {"eager": (_eager, (name,)), "iree": (_iree_default, (name,)),
+        builders = {"eager": (_torch, (name, False)), "iree": (_iree_default, (name,)),
                     "model": (_sft, (name, "model")), "verify": (_sft, (name, "verify"))}
         if use_torch_compile:
-            builders["torch_compile"] = (_torch_compile, (name,))
+            builders["torch_compile"] = (_torch, (name, True))
         times, errors = time_in_processes(builders, rounds, calls)
         row.update({f"{k}_s": v for k, v in times.items()}, errors=errors)
         best_torch = min(t for t in (times.get("eager"), times.get("torch_compile")) if t)
@@ -127,23 +116,21 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
 
 def quality(models: list[str], kernels: int, candidates: int, rounds: int, seed: int = 0) -> dict:
     from .. import ir
-    from ..api import linalg_of, lower, to_sft
-    from ..backend import profile
+    from ..api import iree_view, linalg_of, to_sft
     from ..cost.targets import describe
     from ..measure import measure_candidates
-    from ..plan import Plan
     from ..search.exhaustive import as_compiled
+    from ..space.options import ModuleOptions
     from ..quality import KernelQuality, sample_candidates, summarize
-    from ..space.kernels import contraction_kernels
     from ..tuning_db import TuningDB
 
     desc, db = describe("host"), TuningDB()
     unique = {}
     for name in models:
         case = BENCH_SUITE[name]
-        sft_module = to_sft(linalg_of(case.build(), case.inputs())[0])
-        seen = profile(lower(to_sft(ir.print_module(sft_module)), Plan())[1])
-        for k, default in zip(*as_compiled(contraction_kernels(sft_module), seen)):
+        sft_text = ir.print_module(to_sft(linalg_of(case.build(), case.inputs())[0]))
+        found, profiles = iree_view(sft_text, "host", [ModuleOptions()])
+        for k, default in zip(*as_compiled(found, profiles[False])):
             unique.setdefault(k.key(), (k, default))
     results = []
     for kernel, default in tqdm(list(unique.values())[:kernels], desc="kernels", unit="kernel"):
