@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,10 +19,13 @@ from .errors import SftError
 from .importers import import_mlir_file, import_mlir_text, import_torch
 from .passes import LowerPass, RaisePass, VerifyPass
 from .passes.apply_plan import ApplyPlanPass
+from .passes.reassociate import ReassociatePass
 from .plan import Plan
 from .cost.targets import describe
 from .measure import target_key, verify
 from .search import SearchReport, search_program
+from .search.chains import choose_orders
+from .space.chains import contraction_chains
 from .space.kernels import contraction_kernels
 from .space.options import DATA_TILING, option_space
 from .tuning_db import TuningDB
@@ -48,6 +52,7 @@ def to_sft(linalg_text: str, filename: str = "<input>"):
 
 def lower(sft_module, plan: Plan) -> tuple[str, str]:
     """sft -> linalg text, then the plan imposed in IREE's context; returns (lowered, planned)."""
+    ReassociatePass(plan.orders)(sft_module)
     LowerPass()(sft_module)
     lowered = ir.print_module(sft_module)
     iree_module = ir.parse(ir.iree_ir.Context(), lowered, "")
@@ -132,10 +137,11 @@ def linalg_of(model, example_inputs=()) -> tuple[str, str]:
     return import_torch(model, example_inputs), type(model).__name__
 
 
-def iree_view(sft_text: str, target: str, options) -> tuple[list, dict]:
-    """The program's contraction kernels, and IREE's view of the program (its dispatches and
-    default configs) with data tiling off and, where `options` use it, on."""
-    module = to_sft(sft_text)
+def iree_view(module, target: str, options, orders=()) -> tuple[list, dict]:
+    """The contraction kernels of an sft module, and IREE's view of the program (its dispatches
+    and default configs) with data tiling off and, where `options` use it, on; both after its
+    chains are put in `orders`. Consumes the module."""
+    ReassociatePass(orders)(module)
     kernels = contraction_kernels(module)
     default_text = lower(module, Plan())[1]
     profiles = {dt: profile(default_text, target, (DATA_TILING,) * dt)
@@ -147,14 +153,20 @@ def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
     """The plan the cost model predicts fastest for `target` (described by `desc`), and the
     search's report."""
     options = option_space(target)
-    kernels, profiles = iree_view(sft_text, target, options)
+    module = to_sft(sft_text)
+    start = time.perf_counter()
+    chains = choose_orders(contraction_chains(module), desc, desc.cores)
+    chain_seconds = time.perf_counter() - start
+    orders = tuple((c.chain.op_id, c.order) for c in chains if c.order)
+    kernels, profiles = iree_view(module, target, options, orders)
     report = search_program(kernels, profiles, desc, options)
+    report.add_chains(chains, chain_seconds)
     best = report.ranked[0]
     tiles = ()
     if best.options.keeps_tiles:
         tiles = tuple((c.kernel.op_id, c.space.config(c.best)) for c in best.kernels if c.best != 0)
     report.chosen = best.options.describe()
-    return Plan(tiles=tiles, flags=best.options.flags, driver=best.options.driver), report
+    return Plan(orders=orders, tiles=tiles, flags=best.options.flags, driver=best.options.driver), report
 
 
 def _random_inputs(specs) -> list[np.ndarray]:

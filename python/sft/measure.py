@@ -28,7 +28,7 @@ from .tuning_db import TuningDB
 
 _TYPES = {2: "f16", 4: "f32", 8: "f64"}
 MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary about that much)
-SEARCH_REVISION = 4  # bump when the space or the cost model changes what a search would pick
+SEARCH_REVISION = 5  # bump when the space or the cost model changes what a search would pick
 
 
 def kernel_program(kernel: Kernel, config: TileConfig | None) -> str:
@@ -142,8 +142,11 @@ def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inpu
         tiles = tuple(picked)
     for option in report.ranked[:top_options]:
         o = option.options
-        candidates[o.describe()] = Plan(tiles=tiles if o.keeps_tiles else (), flags=o.flags,
-                                        driver=o.driver)
+        candidates[o.describe()] = Plan(report.orders, tiles=tiles if o.keeps_tiles else (),
+                                        flags=o.flags, driver=o.driver)
+    if report.orders:  # the best options with the chains as written: the reordering measured alone
+        o = report.ranked[0].options
+        candidates[f"{o.describe()} as written"] = Plan(flags=o.flags, driver=o.driver)
     variants, plans = {}, {}
     for name, plan in candidates.items():
         if plan in plans.values():

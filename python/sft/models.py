@@ -102,6 +102,20 @@ class MultiheadSelfAttention(nn.Module):
         return self.mha(x, x, x, need_weights=False)[0]
 
 
+class LinearAttention(nn.Module):
+    """Linear attention (Katharopoulos et al. 2020, feature map elu + 1), written the way the
+    formula reads: (phi(Q) phi(K)^T) V. Evaluated as phi(Q) (phi(K)^T V) it costs
+    sequence / head-dim times less: the order is the compiler's to choose."""
+
+    def __init__(self, dim: int = 64):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+
+    def forward(self, x):
+        q, k = F.elu(self.q(x)) + 1, F.elu(self.k(x)) + 1
+        return (q @ k.transpose(1, 2)) @ self.v(x) / x.shape[1]
+
+
 @dataclass(frozen=True)
 class ModelCase:
     """A named model with the inputs it is compiled and checked on."""
@@ -151,6 +165,7 @@ SUITE: dict[str, ModelCase] = {
             lambda: (torch.randint(0, 512, (2, 32)),),
         ),
         ModelCase("conv_bn_relu_pool", _prep(ConvBlock), _randn(2, 3, 32, 32)),
+        ModelCase("linear_attention", _prep(LinearAttention), _randn(2, 256, 64)),
     ]
 }
 

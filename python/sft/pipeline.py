@@ -1,8 +1,8 @@
 """Textual pass pipelines that mix sft's Python passes with upstream MLIR passes.
 
 `sft-raise,canonicalize,sft-lower` runs sft-raise, then upstream canonicalize through MLIR's
-PassManager, then sft-lower. Upstream passes keep their `{option=value}` syntax; sft's passes
-take no options yet.
+PassManager, then sft-lower. Options use MLIR's `{option=value}`
+syntax; an sft pass that takes options builds itself from that text with `from_options`.
 """
 
 from __future__ import annotations
@@ -41,9 +41,13 @@ def run(module, pipeline: str | list[str], filename: str = "<input>") -> None:
         name = step.split("{", 1)[0]
         if name in PASSES:
             flush()
+            cls = PASSES[name]
             if "{" in step:
-                raise SftError(f"pass '{name}' takes no options")
-            PASSES[name]()(module)
+                if not hasattr(cls, "from_options"):
+                    raise SftError(f"pass '{name}' takes no options")
+                cls.from_options(step.split("{", 1)[1].rstrip("}"))(module)
+            else:
+                cls()(module)
         elif name.startswith("sft-"):
             raise SftError(f"unknown sft pass '{name}' (known: {', '.join(sorted(PASSES))})")
         else:

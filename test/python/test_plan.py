@@ -13,7 +13,8 @@ MLP_TILES = TileConfig((8, 64, 0), (8, 16, 0), (0, 0, 16))
 
 
 def test_plan_json_roundtrip_and_hash():
-    plan = Plan(groups=((0, 1, 2, 3),), tiles=((2, MLP_TILES),), flags=("--iree-opt-data-tiling",))
+    plan = Plan(orders=((30, 1),), groups=((0, 1, 2, 3),), tiles=((2, MLP_TILES),),
+                flags=("--iree-opt-data-tiling",))
     again = Plan.from_json(plan.to_json())
     assert again == plan and hash(again) == hash(plan) and again.digest() == plan.digest()
     assert Plan().is_empty and not plan.is_empty

@@ -141,3 +141,14 @@ def other_dispatches(profile: Profile, kernels: list[Kernel]) -> list[Dispatch]:
     """The dispatches that no searched kernel accounts for."""
     covered = {k.domain for k in kernels}
     return [d for d in profile.dispatches if not (d.is_contraction and d.dims in covered)]
+
+
+def compute_floor(flops: float, target: TargetDesc, cores: int) -> float:
+    """Seconds no schedule beats: the work at peak rate on every usable core. `predict` never
+    goes below it (lane use, reuse and spills only slow it down), so it bounds a branch."""
+    return flops / (target.peak_flops_f32 * parallel_speedup(cores, target))
+
+
+def untiled_contraction(flops: float, nbytes: float, target: TargetDesc, cores: int) -> float:
+    """A contraction the tile space does not cover, at half of peak or its bytes from DRAM."""
+    return max(2.0 * compute_floor(flops, target, cores), nbytes / target.dram_bandwidth)

@@ -2,8 +2,9 @@
 
 from .lower import LowerPass
 from .raise_linalg import RaisePass
+from .reassociate import ReassociatePass
 from .verify import VerifyPass
 
-PASSES = {p.name: p for p in (RaisePass, LowerPass, VerifyPass)}
+PASSES = {p.name: p for p in (RaisePass, LowerPass, VerifyPass, ReassociatePass)}
 
-__all__ = ["PASSES", "LowerPass", "RaisePass", "VerifyPass"]
+__all__ = ["PASSES", "LowerPass", "RaisePass", "ReassociatePass", "VerifyPass"]

@@ -65,6 +65,8 @@ def _domain(maps, shapes) -> list[int] | None:
 
 def _inverse_permutation(m):
     order = [ix.plain_dim(e) for e in m.results]
+    if not order:  # a 0-d result (MLIR's get_permutation crashes on an empty list)
+        return tm.AffineMap.get_empty()
     inverse = [order.index(i) for i in range(len(order))]
     return tm.AffineMap.get_permutation(inverse)
 

@@ -53,6 +53,19 @@ class SearchReport:
     fallback: bool = False  # the chosen plan failed to compile; IREE's default was used
     measured: dict = field(default_factory=dict)  # what verify timed: name -> seconds or None
     chosen: str = ""                   # what was picked, in words
+    chains: list = field(default_factory=list)  # OrderChoice per chain of contractions
+
+    @property
+    def orders(self) -> tuple[tuple[int, int], ...]:
+        """The chains' chosen orders, as a Plan holds them (those as written left out)."""
+        return tuple((c.chain.op_id, c.order) for c in self.chains if c.order)
+
+    def add_chains(self, chains: list, seconds: float) -> None:
+        """Fold in the order search over the chains (it ran before the kernels were known)."""
+        self.chains = list(chains)
+        self.scored += sum(c.scored for c in chains)
+        self.seconds += seconds
+        self.space_size_log10 += sum(math.log10(len(c.chain.legal_orders())) for c in chains)
 
     @property
     def choices(self) -> tuple[KernelChoice, ...]:
@@ -75,12 +88,17 @@ class SearchReport:
                          "predicted_s": c.predicted[0], "default_predicted_s": c.default_prediction()}
                         for c in self.choices],
             "measured_s": self.measured,
+            "chains": [c.to_dict() for c in self.chains],
         }
 
     def to_text(self) -> str:
         lines = [self.summary()]
         for o in self.ranked:
             lines.append(f"  options {o.options.describe():<32} predicted {o.predicted * 1e3:8.4f} ms")
+        for c in self.chains:
+            scored = ", ".join(f"order {o} {t * 1e6:.1f} us" for o, t in sorted(c.predicted.items()))
+            pruned = f"; pruned by bound: {list(c.pruned)}" if c.pruned else ""
+            lines.append(f"  chain at op {c.chain.op_id}: order {c.order} ({scored}{pruned})")
         for c in self.choices:
             lines.append(f"  kernel op {c.kernel.op_id} {'x'.join(map(str, c.kernel.domain))} "
                          f"({''.join(c.kernel.roles)}): candidate {c.best} of {len(c.space)}, "

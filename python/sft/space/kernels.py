@@ -83,18 +83,27 @@ def contraction_kernels(module) -> list[Kernel]:
     return kernels
 
 
+def roles_of(out_dims: list[int], n_loops: int) -> tuple[str, ...] | None:
+    """Loop roles of a contraction writing `out_dims` (result's last dim n, the one before m,
+    the others b, the rest k); None unless exactly one loop is summed."""
+    if len(out_dims) < 2:
+        return None
+    roles = ["k"] * n_loops
+    for dim in out_dims:
+        roles[dim] = "b"
+    roles[out_dims[-1]], roles[out_dims[-2]] = "n", "m"
+    return tuple(roles) if roles.count("k") == 1 else None
+
+
 def _classify(op, op_id: int) -> Kernel | None:
     maps = map_list(op.attributes["maps"])
     domain = tuple(tm.DenseI64ArrayAttr(op.attributes["domain"]))
     out_dims = [ix.plain_dim(e) for e in maps[-1].results]
     if None in out_dims or len(out_dims) < 2 or any(ix.plain_dim(e) is None for m in maps for e in m.results):
         return None  # convolutions and other non-plain contractions
-    roles = ["k"] * len(domain)
-    for dim in out_dims:
-        roles[dim] = "b"
-    roles[out_dims[-1]], roles[out_dims[-2]] = "n", "m"
-    if roles.count("k") != 1:
+    roles = roles_of(out_dims, len(domain))
+    if roles is None:
         return None
     width = tm.FloatType(element_type(op.results[0])).width if isinstance(
         element_type(op.results[0]), tm.FloatType) else 32
-    return Kernel(op_id, domain, tuple(roles), width // 8, tuple(str(m) for m in maps))
+    return Kernel(op_id, domain, roles, width // 8, tuple(str(m) for m in maps))

@@ -115,7 +115,6 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
 
 
 def quality(models: list[str], kernels: int, candidates: int, rounds: int, seed: int = 0) -> dict:
-    from .. import ir
     from ..api import iree_view, linalg_of, to_sft
     from ..cost.targets import describe
     from ..measure import measure_candidates
@@ -128,8 +127,8 @@ def quality(models: list[str], kernels: int, candidates: int, rounds: int, seed:
     unique = {}
     for name in models:
         case = BENCH_SUITE[name]
-        sft_text = ir.print_module(to_sft(linalg_of(case.build(), case.inputs())[0]))
-        found, profiles = iree_view(sft_text, "host", [ModuleOptions()])
+        module = to_sft(linalg_of(case.build(), case.inputs())[0])
+        found, profiles = iree_view(module, "host", [ModuleOptions()])
         for k, default in zip(*as_compiled(found, profiles[False])):
             unique.setdefault(k.key(), (k, default))
     results = []

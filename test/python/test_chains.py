@@ -1,0 +1,97 @@
+"""Chains of contractions: the orders they can run in, the branch and bound that picks one, and
+the rewrite, checked against PyTorch."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import sft
+from sft import ir
+from sft.api import linalg_of, to_sft
+from sft.cost.model import compute_floor, predict
+from sft.cost.targets import HOST
+from sft.errors import IllegalPlan
+from sft.models import SUITE
+from sft.passes.reassociate import ReassociatePass
+from sft.plan import Plan
+from sft.search.chains import choose_order
+from sft.space.chains import Chain, contraction_chains
+from sft.space.tiles import tile_space
+
+# R[i, l] = sum over j, k of A[i, j] B[j, k] C[k, l]: index ids i=0, l=1, j=2, k=3.
+ABC = Chain(op_id=3, operands=((0, 2), (2, 3), (3, 1)), output=(0, 1), extents=(64, 16, 32, 256),
+            element_bytes=4)
+
+
+def _linear_attention():
+    case = SUITE["linear_attention"]
+    model, inputs = case.build(), case.inputs()
+    with torch.no_grad():
+        return model, inputs, model(*inputs).numpy()
+
+
+def test_orders_and_their_work_by_hand():
+    # (A B) C: 64*256*32 + 64*16*256; A (B C): 32*16*256 + 64*16*32; (A C) B sums nothing first.
+    assert ABC.legal_orders() == [0, 1]
+    assert ABC.flops(0) == 2 * (64 * 256 * 32 + 64 * 16 * 256)
+    assert ABC.flops(1) == 2 * (32 * 16 * 256 + 64 * 16 * 32)
+    first, second = ABC.steps(1)
+    assert first.sources == (2, 1) and first.out == (1, 2)  # U[l, j] = sum_k C[k, l] B[j, k]
+    assert second.sources == (0, 3) and second.out == (0, 1)
+
+
+def test_lower_bound_never_exceeds_the_model():
+    for order in ABC.legal_orders():
+        best = sum(float(predict(k, tile_space(k).candidates, HOST, 1).min()) for k in ABC.kernels(order))
+        assert compute_floor(ABC.flops(order), HOST, 1) <= best
+
+
+def test_branch_and_bound_agrees_with_brute_force_and_prunes():
+    choice = choose_order(ABC, HOST, 1)
+    brute = {o: sum(float(predict(k, tile_space(k).candidates, HOST, 1).min()) for k in ABC.kernels(o))
+             for o in ABC.legal_orders()}
+    assert choice.order == min(brute, key=brute.get) == 1
+    assert choice.pruned == (0,)  # (A B) C's floor is above A (B C)'s predicted time
+    assert math.isclose(choice.predicted[1], brute[1])
+
+
+def test_linear_attention_chain_is_found_and_reordered_with_the_same_numbers():
+    model, inputs, expected = _linear_attention()
+    module = to_sft(linalg_of(model, inputs)[0])
+    (chain,) = contraction_chains(module)
+    assert chain.flops(0) / chain.flops(1) == 256 / 64  # sequence over head dim
+    compiled = sft.compile(model, inputs, plan=Plan(orders=((chain.op_id, 1),)), keep_ir=True)
+    assert "tensor<2x256x256xf32>" not in compiled.stages.planned  # no n x n scores
+    np.testing.assert_allclose(compiled(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_model_search_picks_the_cheap_order():
+    model, inputs, expected = _linear_attention()
+    compiled = sft.compile(model, inputs, search="model")
+    (choice,) = compiled.search.chains
+    assert choice.order == 1 and compiled.plan.orders == ((choice.chain.op_id, 1),)
+    assert "chain at op" in compiled.search.to_text()
+    np.testing.assert_allclose(compiled(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_no_chain_when_the_intermediate_is_read_twice():
+    class Twice(torch.nn.Module):
+        def forward(self, a, b, c):
+            t = a @ b
+            return t @ c + t.sum()
+    args = (torch.randn(8, 4), torch.randn(4, 8), torch.randn(8, 8))
+    assert contraction_chains(to_sft(linalg_of(Twice(), args)[0])) == []
+    # the 0-d sum broadcast back over t once crashed the raise (an empty permutation)
+    np.testing.assert_allclose(sft.compile(Twice(), args, search="model")(*args).numpy(),
+                               Twice()(*args).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_bad_orders_are_illegal_plans():
+    model, inputs, _ = _linear_attention()
+    text = ir.print_module(to_sft(linalg_of(model, inputs)[0]))
+    (chain,) = contraction_chains(to_sft(text))
+    for orders in (((chain.op_id, 2),), ((chain.op_id + 1, 1),)):
+        with pytest.raises(IllegalPlan):
+            ReassociatePass(orders)(to_sft(text))
