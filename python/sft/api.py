@@ -19,6 +19,7 @@ from .errors import SftError
 from .importers import import_mlir_file, import_mlir_text, import_torch
 from .passes import LowerPass, RaisePass, VerifyPass
 from .passes.apply_plan import ApplyPlanPass
+from .passes.expand_batch import ExpandBatchPass, expandable
 from .passes.reassociate import ReassociatePass
 from .plan import Plan
 from .cost.targets import describe
@@ -53,6 +54,7 @@ def to_sft(linalg_text: str, filename: str = "<input>"):
 def lower(sft_module, plan: Plan) -> tuple[str, str]:
     """sft -> linalg text, then the plan imposed in IREE's context; returns (lowered, planned)."""
     ReassociatePass(plan.orders)(sft_module)
+    ExpandBatchPass(plan.expand)(sft_module)
     LowerPass()(sft_module)
     lowered = ir.print_module(sft_module)
     iree_module = ir.parse(ir.iree_ir.Context(), lowered, "")
@@ -137,16 +139,18 @@ def linalg_of(model, example_inputs=()) -> tuple[str, str]:
     return import_torch(model, example_inputs), type(model).__name__
 
 
-def iree_view(module, target: str, options, orders=()) -> tuple[list, dict]:
+def iree_view(module, target: str, options) -> tuple[list, dict]:
     """The contraction kernels of an sft module, and IREE's view of the program (its dispatches
-    and default configs) with data tiling off and, where `options` use it, on; both after its
-    chains are put in `orders`. Consumes the module."""
-    ReassociatePass(orders)(module)
+    and default configs) with data tiling off and, where `options` use it, on. Consumes the
+    module."""
     kernels = contraction_kernels(module)
     default_text = lower(module, Plan())[1]
     profiles = {dt: profile(default_text, target, (DATA_TILING,) * dt)
                 for dt in sorted({o.data_tiling for o in options})}
     return kernels, profiles
+
+
+REWRITE_MARGIN = 0.03  # a graph rewrite must predict this much gain over the program as written
 
 
 def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
@@ -158,15 +162,28 @@ def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
     chains = choose_orders(contraction_chains(module), desc, desc.cores)
     chain_seconds = time.perf_counter() - start
     orders = tuple((c.chain.op_id, c.order) for c in chains if c.order)
-    kernels, profiles = iree_view(module, target, options, orders)
-    report = search_program(kernels, profiles, desc, options)
-    report.add_chains(chains, chain_seconds)
+    ReassociatePass(orders)(module)
+    ordered = ir.print_module(module)
+    # Batch expansion changes which dispatches IREE forms, so each way is searched on IREE's own
+    # view of it; the program as written is kept unless the other predicts a clear gain.
+    reports = {}
+    for expand in dict.fromkeys([(), expandable(module)]):
+        variant = to_sft(ordered)
+        ExpandBatchPass(expand)(variant)
+        reports[expand] = search_program(*iree_view(variant, target, options), desc, options)
+    written = reports[()].ranked[0].predicted
+    expand = min(reports, key=lambda e: reports[e].ranked[0].predicted)
+    if reports[expand].ranked[0].predicted > written * (1.0 - REWRITE_MARGIN):
+        expand = ()
+    report = reports[expand]
+    report.add_rewrites(chains, chain_seconds, reports)
     best = report.ranked[0]
     tiles = ()
     if best.options.keeps_tiles:
         tiles = tuple((c.kernel.op_id, c.space.config(c.best)) for c in best.kernels if c.best != 0)
     report.chosen = best.options.describe()
-    return Plan(orders=orders, tiles=tiles, flags=best.options.flags, driver=best.options.driver), report
+    return Plan(orders=orders, expand=expand, tiles=tiles, flags=best.options.flags,
+                driver=best.options.driver), report
 
 
 def _random_inputs(specs) -> list[np.ndarray]:

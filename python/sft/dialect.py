@@ -52,3 +52,21 @@ def padding(op):
     """The pad value of an sft.view, or None."""
     operands = list(op.operands)
     return operands[1] if len(operands) > 1 else None
+
+
+def fill_value(op):
+    """The scalar an sft.map with no inputs fills its result with (a value defined above it),
+    or None when `op` is not such a fill."""
+    if getattr(op, "name", "") != "sft.map" or inputs(op):
+        return None
+    body = [o.operation for o in op.regions[0].blocks[0].operations]
+    value = body[-1].operands[0] if len(body) == 1 else None
+    return value if value is not None and not isinstance(value.owner, tm.Block) else None
+
+
+def create_fill(value, result_type, ip):
+    """An sft.map with no inputs that fills `result_type` with the scalar `value`."""
+    fill = create("sft.map", [], {"maps": tm.ArrayAttr.get([])}, [result_type], regions=1, ip=ip)
+    with tm.InsertionPoint(fill.regions[0].blocks.append()):
+        tm.Operation.create("gpu.yield", operands=[value])
+    return fill.results[0]

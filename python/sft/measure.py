@@ -142,9 +142,11 @@ def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inpu
         tiles = tuple(picked)
     for option in report.ranked[:top_options]:
         o = option.options
-        candidates[o.describe()] = Plan(report.orders, tiles=tiles if o.keeps_tiles else (),
-                                        flags=o.flags, driver=o.driver)
-    if report.orders:  # the best options with the chains as written: the reordering measured alone
+        candidates[o.describe()] = Plan(report.orders, report.expand,
+                                        tiles=tiles if o.keeps_tiles else (), flags=o.flags,
+                                        driver=o.driver)
+    if report.orders or report.expand:  # the best options on the program as written: the graph
+        # rewrites measured alone
         o = report.ranked[0].options
         candidates[f"{o.describe()} as written"] = Plan(flags=o.flags, driver=o.driver)
     variants, plans = {}, {}

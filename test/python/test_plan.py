@@ -7,6 +7,8 @@ import torch
 import sft
 from sft.errors import IllegalPlan
 from sft.models import SUITE
+from sft.api import linalg_of, to_sft
+from sft.passes.expand_batch import expandable
 from sft.plan import Plan, TileConfig
 
 MLP_TILES = TileConfig((8, 64, 0), (8, 16, 0), (0, 0, 16))
@@ -45,3 +47,19 @@ def test_non_convex_group_is_illegal():
     # op 2 (first matmul) and op 7 (second matmul) without what lies between them
     with pytest.raises(IllegalPlan, match="not convex"):
         sft.compile(case.build(), case.inputs(), plan=Plan(groups=((2, 7),)))
+
+
+def test_batch_expansion_lets_iree_fold_head_transposes_with_the_same_numbers():
+    case = SUITE["gpt2_block"]
+    model, inputs = case.build(), case.inputs()
+    ids = expandable(to_sft(linalg_of(model, inputs)[0]))
+    assert len(ids) == 2  # q k^T and p v, each over heads merged into the batch
+    default = sft.compile(model, inputs)
+    expanded = sft.compile(model, inputs, plan=Plan(expand=ids))
+    assert expanded.dispatch_count == default.dispatch_count - 4  # the head transposes folded in
+    with torch.no_grad():
+        expected = model(*inputs).numpy()
+    np.testing.assert_allclose(expanded(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
+    searched = sft.compile(model, inputs, search="model")
+    assert set(searched.search.rewrites) == {"as written", f"expanded {list(ids)}"}
+    assert searched.plan.expand in ((), ids) and "batch expansion" in searched.search.to_text()

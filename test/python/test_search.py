@@ -55,7 +55,7 @@ def test_space_is_legal_and_keeps_iree_default():
 
 def test_search_finds_the_brute_force_optimum():
     small = Kernel(1, (4, 16, 32, 16), ("b", "m", "n", "k"), 4, ())
-    profile = Profile((), 1)
+    profile = Profile((Dispatch(0, "batch_matmul_4x16x32x16_f32", small.domain, 0, None),), 1)
     report = search_program([small], {False: profile, True: profile}, HOST, [ModuleOptions()], top_k=3)
     choice = report.choices[0]
     brute = [predict(small, choice.space.candidates[i:i + 1], HOST)[0] for i in range(len(choice.space))]
@@ -74,8 +74,8 @@ def test_search_weighs_driver_overheads_against_parallelism():
     report = search_program([], {False: tiny, True: tiny}, target, options)
     assert report.ranked[0].options.serial
     big = Kernel(0, (1024, 1024, 1024), ("m", "n", "k"), 4, ())
-    none = Profile((), 1)
-    report = search_program([big], {False: none, True: none}, target, options)
+    one = Profile((Dispatch(0, "matmul_1024x1024x1024_f32", big.domain, 3 << 22, None),), 1)
+    report = search_program([big], {False: one, True: one}, target, options)
     assert not report.ranked[0].options.serial
     assert len(report.ranked) == len(options) == 8
 

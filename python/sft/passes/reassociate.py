@@ -15,18 +15,7 @@ from ..errors import IllegalPlan
 from ..ir import tm
 from ..space.chains import INTERMEDIATE, PAIRINGS, chain_sites
 from . import indexing as ix
-from .common import element_type, functions, has_uses, maps_attr, ops_of
-
-
-def _zero_fill(like_fill, shape, ty, ip):
-    """A fill of `shape` that yields what `like_fill` yields (a zero defined above it)."""
-    zero = ops_of(like_fill.regions[0].blocks[0])[-1].operands[0]
-    fill = dialect.create("sft.map", [], {"maps": tm.ArrayAttr.get([])},
-                          [tm.RankedTensorType.get(shape, ty)], regions=1, ip=ip)
-    block = fill.regions[0].blocks.append()
-    with tm.InsertionPoint(block):
-        tm.Operation.create("gpu.yield", operands=[zero])
-    return fill.results[0]
+from .common import element_type, functions, has_uses, maps_attr
 
 
 def _contract(step, values, init, extents, ip):
@@ -45,8 +34,9 @@ def _rewrite(site, order: int) -> None:
     ip = tm.InsertionPoint(second)
     with second.location:
         old_fill = dialect.init(first).owner
-        ty = element_type(first.results[0])
-        fill = _zero_fill(old_fill, [chain.extents[i] for i in step1.out], ty, ip)
+        shape = [chain.extents[i] for i in step1.out]
+        fill = dialect.create_fill(dialect.fill_value(old_fill),
+                                   tm.RankedTensorType.get(shape, element_type(first.results[0])), ip)
         values[INTERMEDIATE] = _contract(step1, values, fill, chain.extents, ip)
         result = _contract(step2, values, dialect.init(second), chain.extents, ip)
     second.results[0].replace_all_uses_with(result)

@@ -54,18 +54,26 @@ class SearchReport:
     measured: dict = field(default_factory=dict)  # what verify timed: name -> seconds or None
     chosen: str = ""                   # what was picked, in words
     chains: list = field(default_factory=list)  # OrderChoice per chain of contractions
+    expand: tuple[int, ...] = ()       # contractions run over their expanded batch
+    rewrites: dict = field(default_factory=dict)  # predicted seconds with and without expansion
 
     @property
     def orders(self) -> tuple[tuple[int, int], ...]:
         """The chains' chosen orders, as a Plan holds them (those as written left out)."""
         return tuple((c.chain.op_id, c.order) for c in self.chains if c.order)
 
-    def add_chains(self, chains: list, seconds: float) -> None:
-        """Fold in the order search over the chains (it ran before the kernels were known)."""
+    def add_rewrites(self, chains: list, chain_seconds: float, searched: dict) -> None:
+        """Fold in the graph-level decisions: the order search over the chains (it ran before
+        the kernels were known), and the searches of the program with and without batch
+        expansion (`searched`: expanded op ids -> report; this report is one of them)."""
         self.chains = list(chains)
-        self.scored += sum(c.scored for c in chains)
-        self.seconds += seconds
-        self.space_size_log10 += sum(math.log10(len(c.chain.legal_orders())) for c in chains)
+        self.expand = next(e for e, r in searched.items() if r is self)
+        self.rewrites = {("expanded " + str(list(e)) if e else "as written"): r.ranked[0].predicted
+                         for e, r in searched.items()}
+        self.scored = sum(r.scored for r in searched.values()) + sum(c.scored for c in chains)
+        self.seconds = sum(r.seconds for r in searched.values()) + chain_seconds
+        self.space_size_log10 += (math.log10(len(searched))
+                                  + sum(math.log10(len(c.chain.legal_orders())) for c in chains))
 
     @property
     def choices(self) -> tuple[KernelChoice, ...]:
@@ -89,6 +97,7 @@ class SearchReport:
                         for c in self.choices],
             "measured_s": self.measured,
             "chains": [c.to_dict() for c in self.chains],
+            "expand": list(self.expand), "rewrites_predicted_s": self.rewrites,
         }
 
     def to_text(self) -> str:
@@ -99,6 +108,9 @@ class SearchReport:
             scored = ", ".join(f"order {o} {t * 1e6:.1f} us" for o, t in sorted(c.predicted.items()))
             pruned = f"; pruned by bound: {list(c.pruned)}" if c.pruned else ""
             lines.append(f"  chain at op {c.chain.op_id}: order {c.order} ({scored}{pruned})")
+        if len(self.rewrites) > 1:
+            shown = ", ".join(f"{name} {t * 1e3:.4f} ms" for name, t in self.rewrites.items())
+            lines.append(f"  batch expansion: {shown}; taken: {list(self.expand) or 'no'}")
         for c in self.choices:
             lines.append(f"  kernel op {c.kernel.op_id} {'x'.join(map(str, c.kernel.domain))} "
                          f"({''.join(c.kernel.roles)}): candidate {c.best} of {len(c.space)}, "
@@ -127,10 +139,12 @@ def rank_tiles(kernel: Kernel, space: TileSpace, target: TargetDesc, cores: int,
 
 def as_compiled(kernels: list[Kernel], profile: Profile) -> tuple[list[Kernel], list[tuple]]:
     """The kernels in the operand layouts IREE compiles them in, and IREE's default candidate
-    for each, both read from its dispatches."""
-    seen = [profile.contraction(k.domain) for k in kernels]
-    return ([in_layout(k, d.maps) if d else k for k, d in zip(kernels, seen)],
-            [default_candidate(k, d) for k, d in zip(kernels, seen)])
+    for each, both read from its dispatches. A kernel with no dispatch of its loop extents was
+    restructured by IREE (loops permuted, transposes folded in): a config sft imposed would not
+    describe what IREE compiles, so it keeps IREE's own and counts among the other dispatches."""
+    seen = [(k, profile.contraction(k.domain)) for k in kernels]
+    seen = [(k, d) for k, d in seen if d is not None]
+    return [in_layout(k, d.maps) for k, d in seen], [default_candidate(k, d) for k, d in seen]
 
 
 def search_program(kernels: list[Kernel], profiles: dict[bool, Profile], target: TargetDesc,

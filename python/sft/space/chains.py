@@ -104,12 +104,8 @@ def _plain(m) -> list[int] | None:
 
 def is_zero_fill(value) -> bool:
     """A tensor made by an sft.map with no inputs that yields the constant 0."""
-    op = value.owner
-    if not isinstance(op, tm.Operation) and hasattr(op, "operation"):
-        op = op.operation
-    if getattr(op, "name", "") != "sft.map" or dialect.inputs(op):
-        return False
-    yielded = ops_of(op.regions[0].blocks[0])[-1].operands[0].owner
+    scalar = dialect.fill_value(getattr(value.owner, "operation", value.owner))
+    yielded = getattr(scalar.owner, "operation", None) if scalar is not None else None
     if getattr(yielded, "name", "") != "arith.constant":
         return False
     attr = yielded.attributes["value"]

@@ -1,0 +1,162 @@
+"""sft-expand-batch: run a contraction over the batch dims its operands were collapsed from.
+
+PyTorch's batched matmul of [B, H, n, d] tensors reaches the contraction through a reshape to
+[B*H, n, d], and usually a transpose before that (heads split from the hidden dim). The reshape
+stands between the transpose and the contraction, so IREE materialises the transpose as a
+dispatch of its own. Splitting the contraction's batch loop back into (B, H) lets it read the
+reshape's source directly; IREE then folds the transposes into the contraction.
+
+`ops` lists the contractions to expand, by op id among the sft ops the pass sees. An operand that
+was not collapsed is read through a new expand view, a result that is not expanded again right
+after gets a collapse view: both are reshapes, free in IREE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import dialect
+from ..errors import IllegalPlan
+from ..ir import tm
+from . import indexing as ix
+from .common import element_type, functions, has_uses, map_list, maps_attr, ops_of, static_shape
+
+
+def _plain(op) -> list[list[int]] | None:
+    maps = [[ix.plain_dim(e) for e in m.results] for m in map_list(op.attributes["maps"])]
+    return None if any(None in m for m in maps) or len(maps) != 3 else maps
+
+
+def _view(value, kind: str):
+    """(view op, source, groups) when `value` is made by an sft.view that is a reshape of
+    `kind` ('collapse' or 'expand'), else None."""
+    op = getattr(value.owner, "operation", value.owner)
+    if getattr(op, "name", "") != "sft.view" or dialect.padding(op) is not None:
+        return None
+    source = dialect.inputs(op)[0]
+    shape = ix.reshape_groups(tm.AffineMapAttr(op.attributes["map"]).value,
+                              static_shape(source), static_shape(value))
+    return (op, source, shape[1]) if shape and shape[0] == kind else None
+
+
+def batch_splits(op) -> dict[int, tuple[int, ...]] | None:
+    """For each batch loop of a contraction whose operand comes from a reshape that merged it,
+    the extents it was merged from; None when there is none."""
+    maps = _plain(op) if op.name == "sft.contract" else None
+    if maps is None:
+        return None
+    splits = {}
+    for value, used in zip(dialect.inputs(op), maps):
+        found = _view(value, "collapse")
+        if found is None:
+            continue
+        _, source, groups = found
+        for pos, dim in enumerate(used):
+            if dim in maps[2] and all(dim in m for m in maps[:2]) and len(groups[pos]) > 1:
+                splits.setdefault(dim, tuple(static_shape(source)[s] for s in groups[pos]))
+    return splits or None
+
+
+def _expanded(value, positions: dict[int, tuple[int, ...]], ip):
+    """`value` with the dims at `positions` split into the given extents: the source of the
+    collapse view that made it when that is exactly this split, else an expand view of it."""
+    shape = static_shape(value)
+    new_shape, groups = [], []
+    for pos, size in enumerate(shape):
+        parts = positions.get(pos, (size,))
+        groups.append(list(range(len(new_shape), len(new_shape) + len(parts))))
+        new_shape += parts
+    found = _view(value, "collapse")
+    if found is not None and static_shape(found[1]) == new_shape and found[2] == groups:
+        return found[1]
+    ty = tm.RankedTensorType.get(new_shape, element_type(value))
+    view_map = tm.AffineMapAttr.get(ix.expand_map(new_shape, groups))
+    return dialect.create("sft.view", [value], {"map": view_map}, [ty], ip=ip).results[0]
+
+
+def expand(op, splits: dict[int, tuple[int, ...]]) -> None:
+    maps = _plain(op)
+    domain = list(tm.DenseI64ArrayAttr(op.attributes["domain"]))
+    loops, new_domain = [], []
+    for dim, size in enumerate(domain):
+        parts = splits.get(dim, (size,))
+        loops.append(list(range(len(new_domain), len(new_domain) + len(parts))))
+        new_domain += parts
+    new_maps = [ix.affine_map(len(new_domain), [ix.d(n) for dim in m for n in loops[dim]]) for m in maps]
+
+    def positions(m):
+        return {pos: splits[dim] for pos, dim in enumerate(m) if dim in splits}
+
+    ip = tm.InsertionPoint(op)
+    with op.location:
+        ins = [_expanded(v, positions(m), ip) for v, m in zip(dialect.inputs(op), maps)]
+        init = dialect.init(op)
+        scalar = dialect.fill_value(getattr(init.owner, "operation", init.owner))
+        out_shape = [s for dim in maps[2] for s in splits.get(dim, (domain[dim],))]
+        out_type = tm.RankedTensorType.get(out_shape, element_type(init))
+        new_init = (dialect.create_fill(scalar, out_type, ip) if scalar is not None
+                    else _expanded(init, positions(maps[2]), ip))
+        attrs = {"domain": tm.DenseI64ArrayAttr.get(new_domain), "maps": maps_attr(new_maps)}
+        result = dialect.create("sft.contract", ins, attrs, [out_type], init=new_init, ip=ip).results[0]
+        groups, at = [], 0
+        for dim in maps[2]:
+            width = len(splits.get(dim, (0,)))
+            groups.append(list(range(at, at + width)))
+            at += width
+        uses = list(op.results[0].uses)
+        user = getattr(uses[0].owner, "operation", uses[0].owner) if len(uses) == 1 else None
+        reshaped = _view(user.results[0], "expand") if user is not None else None
+        if reshaped and reshaped[2] == groups and static_shape(user.results[0]) == out_shape:
+            user.results[0].replace_all_uses_with(result)  # expanded right after: nothing to undo
+            user.erase()
+        else:
+            view_map = tm.AffineMapAttr.get(ix.collapse_map(out_shape, groups))
+            collapsed = dialect.create("sft.view", [result], {"map": view_map}, [op.results[0].type],
+                                       ip=tm.InsertionPoint(op)).results[0]
+            op.results[0].replace_all_uses_with(collapsed)
+    old = [getattr(v.owner, "operation", v.owner) for v in list(dialect.inputs(op)) + [init]]
+    op.erase()
+    for producer in old:
+        if isinstance(producer, tm.Operation) and producer.name in ("sft.view", "sft.map") \
+                and not any(has_uses(r) for r in producer.results):
+            producer.erase()
+
+
+@dataclass(frozen=True)
+class ExpandBatchPass:
+    """Split the batch loops of the listed contractions back into the dims they were merged from."""
+
+    ops: tuple[int, ...] = ()
+    name = "sft-expand-batch"
+
+    @classmethod
+    def from_options(cls, text: str) -> "ExpandBatchPass":
+        """`ops=ID,ID` (sft-opt -p 'sft-expand-batch{ops=40,59}')."""
+        key, _, value = text.partition("=")
+        try:
+            if key.strip() != "ops":
+                raise ValueError
+            return cls(tuple(int(x) for x in value.split(",") if x.strip()))
+        except ValueError:
+            raise IllegalPlan(f"sft-expand-batch takes ops=ID,ID,..., not '{text}'") from None
+
+    def __call__(self, module) -> None:
+        with module.context, tm.Location.unknown():
+            for func in functions(module):
+                compute = [op for op in ops_of(func.regions[0].blocks[0]) if op.name in dialect.COMPUTE_OPS]
+                for op_id in self.ops:
+                    if op_id >= len(compute) or batch_splits(compute[op_id]) is None:
+                        raise IllegalPlan(f"plan expands the batch of op {op_id}, which is not a "
+                                          "contraction over a collapsed batch")
+                for op_id in self.ops:
+                    expand(compute[op_id], batch_splits(compute[op_id]))
+
+
+def expandable(module) -> tuple[int, ...]:
+    """Op ids of the contractions sft-expand-batch can rewrite."""
+    found = []
+    with module.context:
+        for func in functions(module):
+            compute = [op for op in ops_of(func.regions[0].blocks[0]) if op.name in dialect.COMPUTE_OPS]
+            found += [i for i, op in enumerate(compute) if batch_splits(op) is not None]
+    return tuple(found)
