@@ -28,7 +28,7 @@ from .search import SearchReport, search_program
 from .search.chains import choose_orders
 from .space.chains import contraction_chains
 from .space.kernels import contraction_kernels
-from .space.options import DATA_TILING, option_space
+from .space.options import option_space
 from .tuning_db import TuningDB
 
 
@@ -141,12 +141,12 @@ def linalg_of(model, example_inputs=()) -> tuple[str, str]:
 
 def iree_view(module, target: str, options) -> tuple[list, dict]:
     """The contraction kernels of an sft module, and IREE's view of the program (its dispatches
-    and default configs) with data tiling off and, where `options` use it, on. Consumes the
-    module."""
+    and default configs) under each set of dispatch-forming flags that `options` use. Consumes
+    the module."""
     kernels = contraction_kernels(module)
     default_text = lower(module, Plan())[1]
-    profiles = {dt: profile(default_text, target, (DATA_TILING,) * dt)
-                for dt in sorted({o.data_tiling for o in options})}
+    profiles = {flags: profile(default_text, target, flags)
+                for flags in sorted({o.formation_flags for o in options})}
     return kernels, profiles
 
 

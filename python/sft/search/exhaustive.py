@@ -149,11 +149,12 @@ def as_compiled(kernels: list[Kernel], profile: Profile) -> tuple[list[Kernel], 
 
 def search_program(kernels: list[Kernel], profiles: dict[bool, Profile], target: TargetDesc,
                    options: list[ModuleOptions], top_k: int = 5) -> SearchReport:
-    """Rank every option set by the predicted time of its best plan. `profiles` maps
-    data tiling off/on to IREE's view of the program under it."""
+    """Rank every option set by the predicted time of its best plan. `profiles` maps the
+    options' dispatch-forming flags (`ModuleOptions.formation_flags`) to IREE's view of the
+    program under them."""
     report = SearchReport()
     start = time.perf_counter()
-    kernels, defaults = as_compiled(kernels, profiles[False])
+    kernels, defaults = as_compiled(kernels, profiles[()])
     spaces = [tile_space(k) for k in kernels]
     by_cores: dict[int, list[KernelChoice]] = {}
     for cores in sorted({1 if o.serial else target.cores for o in options}):
@@ -162,7 +163,7 @@ def search_program(kernels: list[Kernel], profiles: dict[bool, Profile], target:
         report.scored += sum(len(s) for s in spaces)
     for o in options:
         cores = 1 if o.serial else target.cores
-        profile = profiles[o.data_tiling]
+        profile = profiles[o.formation_flags]
         choices = by_cores[cores]
         if o.keeps_tiles:
             kernel_time = sum(c.predicted[0] for c in choices)

@@ -1,9 +1,10 @@
-"""Whole-program backend options: how IREE lays out contraction operands, whether it calls its
-micro-kernels, and which runtime driver executes the program.
+"""Whole-program backend options: how IREE partitions the program into dispatches and lays out
+contraction operands, whether it calls its micro-kernels, and which runtime driver executes it.
 
-Each is a real choice whose best value depends on the workload: data tiling packs operands into
-cache-friendly tiles at the price of pack/unpack work; IREE's micro-kernels replace generated
-contraction code; the parallel executor (`local-task`) spreads work over cores at a fixed wake-up
+Each is a real choice whose best value depends on the workload: IREE's aggressive fusion forms
+fewer, larger dispatches (layernorm's two reductions become one), which its codegen does not
+always handle as well; data tiling packs operands into cache-friendly tiles at the price of
+pack/unpack work; IREE's micro-kernels replace generated contraction code; the parallel executor (`local-task`) spreads work over cores at a fixed wake-up
 cost per call, while `local-sync` runs inline on the caller's thread. Index 0 is IREE's default.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 DATA_TILING = "--iree-opt-data-tiling"
 UKERNELS = "--iree-llvmcpu-enable-ukernels=all"
+AGGRESSIVE_FUSION = "--iree-dispatch-creation-enable-aggressive-fusion"
 SERIAL_DRIVER = "local-sync"
 
 
@@ -22,10 +24,16 @@ class ModuleOptions:
     data_tiling: bool = False
     ukernels: bool = False
     serial: bool = False  # run on local-sync instead of the target's parallel driver
+    fusion: bool = False  # IREE's aggressive fusion partition instead of its default one
 
     @property
     def flags(self) -> tuple[str, ...]:
-        return (DATA_TILING,) * self.data_tiling + (UKERNELS,) * self.ukernels
+        return self.formation_flags + (UKERNELS,) * self.ukernels
+
+    @property
+    def formation_flags(self) -> tuple[str, ...]:
+        """The flags that change which dispatches IREE forms (the program's IREE profile)."""
+        return (AGGRESSIVE_FUSION,) * self.fusion + (DATA_TILING,) * self.data_tiling
 
     @property
     def driver(self) -> str:
@@ -38,7 +46,8 @@ class ModuleOptions:
         return not (self.data_tiling or self.ukernels)
 
     def describe(self) -> str:
-        parts = [name for name, on in (("data-tiling", self.data_tiling),
+        parts = [name for name, on in (("aggressive-fusion", self.fusion),
+                                       ("data-tiling", self.data_tiling),
                                        ("ukernels", self.ukernels)) if on]
         parts.append(SERIAL_DRIVER if self.serial else "parallel")
         return "+".join(parts)
@@ -49,5 +58,5 @@ def option_space(target: str) -> list[ModuleOptions]:
     these switches are CPU codegen and CPU runtime choices."""
     if target != "host":
         return [ModuleOptions()]
-    return [ModuleOptions(dt, uk, serial)
-            for serial, dt, uk in itertools.product((False, True), repeat=3)]
+    return [ModuleOptions(dt, uk, serial, fusion)
+            for fusion, serial, dt, uk in itertools.product((False, True), repeat=4)]

@@ -129,7 +129,7 @@ def quality(models: list[str], kernels: int, candidates: int, rounds: int, seed:
         case = BENCH_SUITE[name]
         module = to_sft(linalg_of(case.build(), case.inputs())[0])
         found, profiles = iree_view(module, "host", [ModuleOptions()])
-        for k, default in zip(*as_compiled(found, profiles[False])):
+        for k, default in zip(*as_compiled(found, profiles[()])):
             unique.setdefault(k.key(), (k, default))
     results = []
     for kernel, default in tqdm(list(unique.values())[:kernels], desc="kernels", unit="kernel"):
