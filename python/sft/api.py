@@ -53,8 +53,8 @@ def to_sft(linalg_text: str, filename: str = "<input>"):
 
 def lower(sft_module, plan: Plan) -> tuple[str, str]:
     """sft -> linalg text, then the plan imposed in IREE's context; returns (lowered, planned)."""
-    ReassociatePass(plan.orders)(sft_module)
     ExpandBatchPass(plan.expand)(sft_module)
+    ReassociatePass(plan.orders)(sft_module)
     LowerPass()(sft_module)
     lowered = ir.print_module(sft_module)
     iree_module = ir.parse(ir.iree_ir.Context(), lowered, "")
@@ -157,32 +157,32 @@ def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
     """The plan the cost model predicts fastest for `target` (described by `desc`), and the
     search's report."""
     options = option_space(target)
-    module = to_sft(sft_text)
-    start = time.perf_counter()
-    chains = choose_orders(contraction_chains(module), desc, desc.cores)
-    chain_seconds = time.perf_counter() - start
-    orders = tuple((c.chain.op_id, c.order) for c in chains if c.order)
-    ReassociatePass(orders)(module)
-    ordered = ir.print_module(module)
-    # Batch expansion changes which dispatches IREE forms, so each way is searched on IREE's own
-    # view of it; the program as written is kept unless the other predicts a clear gain.
-    reports = {}
-    for expand in dict.fromkeys([(), expandable(module)]):
-        variant = to_sft(ordered)
+    # Batch expansion changes which dispatches IREE forms (and can bring two contractions next
+    # to each other, making a chain), so the program is searched both ways, each on IREE's own
+    # view of it; it is kept as written unless the expansion predicts a clear gain.
+    reports, orders = {}, {}
+    for expand in dict.fromkeys([(), expandable(to_sft(sft_text))]):
+        variant = to_sft(sft_text)
         ExpandBatchPass(expand)(variant)
+        start = time.perf_counter()
+        chains = choose_orders(contraction_chains(variant), desc, desc.cores)
+        seconds = time.perf_counter() - start
+        orders[expand] = tuple((c.chain.op_id, c.order) for c in chains if c.order)
+        ReassociatePass(orders[expand])(variant)
         reports[expand] = search_program(*iree_view(variant, target, options), desc, options)
+        reports[expand].add_chains(chains, seconds)
     written = reports[()].ranked[0].predicted
     expand = min(reports, key=lambda e: reports[e].ranked[0].predicted)
     if reports[expand].ranked[0].predicted > written * (1.0 - REWRITE_MARGIN):
         expand = ()
     report = reports[expand]
-    report.add_rewrites(chains, chain_seconds, reports)
+    report.add_alternatives(reports)
     best = report.ranked[0]
     tiles = ()
     if best.options.keeps_tiles:
         tiles = tuple((c.kernel.op_id, c.space.config(c.best)) for c in best.kernels if c.best != 0)
     report.chosen = best.options.describe()
-    return Plan(orders=orders, expand=expand, tiles=tiles, flags=best.options.flags,
+    return Plan(expand=expand, orders=orders[expand], tiles=tiles, flags=best.options.flags,
                 driver=best.options.driver), report
 
 

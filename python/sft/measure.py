@@ -142,7 +142,7 @@ def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inpu
         tiles = tuple(picked)
     for option in report.ranked[:top_options]:
         o = option.options
-        candidates[o.describe()] = Plan(report.orders, report.expand,
+        candidates[o.describe()] = Plan(report.expand, report.orders,
                                         tiles=tiles if o.keeps_tiles else (), flags=o.flags,
                                         driver=o.driver)
     if report.orders or report.expand:  # the best options on the program as written: the graph

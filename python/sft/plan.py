@@ -37,14 +37,14 @@ class Plan:
     """Decisions in the order they apply; each names ops by their position among the sft ops
     of the program as the decisions before it left it.
 
-    orders: (op id, order) for chains of contractions evaluated in another order than written
-    (space/chains.py); expand: contractions run over the batch dims their operands were collapsed
-    from (passes/expand_batch.py); groups: the fusion partition (ops in no group are left to
+    expand: contractions run over the batch dims their operands were collapsed from
+    (passes/expand_batch.py); orders: (op id, order) for chains of contractions evaluated in
+    another order than written (space/chains.py); groups: the fusion partition (ops in no group are left to
     IREE's own fusion); tiles: (op id, TileConfig) for kernel roots; flags: extra iree-compile
     options; driver: the IREE runtime driver to run on ("" for the target's own)."""
 
-    orders: tuple[tuple[int, int], ...] = ()
     expand: tuple[int, ...] = ()
+    orders: tuple[tuple[int, int], ...] = ()
     groups: tuple[tuple[int, ...], ...] = ()
     tiles: tuple[tuple[int, TileConfig], ...] = ()
     flags: tuple[str, ...] = field(default=())
@@ -52,7 +52,7 @@ class Plan:
 
     @property
     def is_empty(self) -> bool:
-        return not (self.orders or self.expand or self.groups or self.tiles or self.flags or self.driver)
+        return not (self.expand or self.orders or self.groups or self.tiles or self.flags or self.driver)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -61,8 +61,8 @@ class Plan:
     def from_json(text: str) -> "Plan":
         data = json.loads(text)
         return Plan(
-            orders=tuple((int(i), int(o)) for i, o in data.get("orders", ())),
             expand=tuple(int(i) for i in data.get("expand", ())),
+            orders=tuple((int(i), int(o)) for i, o in data.get("orders", ())),
             groups=tuple(tuple(g) for g in data.get("groups", ())),
             tiles=tuple((int(i), TileConfig(**{k: tuple(v) if isinstance(v, list) else v
                                                 for k, v in cfg.items()}))

@@ -5,7 +5,6 @@ import pytest
 import torch
 
 import sft
-from sft import ir
 from sft.api import linalg_of, lower, to_sft
 from sft.backend import compile_module, load
 from sft.models import SUITE

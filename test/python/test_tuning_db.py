@@ -1,7 +1,6 @@
 """The tuning database: replay, concurrent writers, a writer killed mid-way, a corrupt file."""
 
 import multiprocessing
-import os
 import signal
 import sqlite3
 import subprocess

@@ -27,6 +27,12 @@ def element_type(value):
     return ty.element_type if ty is not None else value.type
 
 
+def element_bytes(value) -> int:
+    """Bytes per element of a float tensor (4 for other element types)."""
+    ty = element_type(value)
+    return tm.FloatType(ty).width // 8 if isinstance(ty, tm.FloatType) else 4
+
+
 def map_list(attr) -> list:
     return [tm.AffineMapAttr(a).value for a in tm.ArrayAttr(attr)]
 

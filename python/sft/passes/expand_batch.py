@@ -23,8 +23,8 @@ from .common import element_type, functions, has_uses, map_list, maps_attr, ops_
 
 
 def _plain(op) -> list[list[int]] | None:
-    maps = [[ix.plain_dim(e) for e in m.results] for m in map_list(op.attributes["maps"])]
-    return None if any(None in m for m in maps) or len(maps) != 3 else maps
+    maps = [ix.plain_dims(m) for m in map_list(op.attributes["maps"])]
+    return None if None in maps or len(maps) != 3 else maps
 
 
 def _view(value, kind: str):

@@ -43,6 +43,12 @@ def plain_dim(expr) -> int | None:
     return expr.position if isinstance(expr, tm.AffineDimExpr) else None
 
 
+def plain_dims(m) -> list[int] | None:
+    """The loop each result of `m` reads, when every result is a single loop; else None."""
+    dims = [plain_dim(e) for e in m.results]
+    return None if None in dims else dims
+
+
 def affine_map(n_dims: int, exprs) -> "tm.AffineMap":
     return tm.AffineMap.get(n_dims, 0, list(exprs))
 

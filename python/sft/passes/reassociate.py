@@ -3,7 +3,7 @@
 `orders` holds (op id of the chain's second contraction, order) pairs; see `space/chains.py`.
 The two contractions are replaced by the two of the chosen order, the intermediate starting from
 a fresh zero fill of its shape; the first contraction's old fill goes when nothing else reads it.
-Op ids are positions among the sft ops as written, before this pass.
+Op ids are positions among the sft ops this pass sees.
 """
 
 from __future__ import annotations

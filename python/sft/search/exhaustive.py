@@ -62,18 +62,23 @@ class SearchReport:
         """The chains' chosen orders, as a Plan holds them (those as written left out)."""
         return tuple((c.chain.op_id, c.order) for c in self.chains if c.order)
 
-    def add_rewrites(self, chains: list, chain_seconds: float, searched: dict) -> None:
-        """Fold in the graph-level decisions: the order search over the chains (it ran before
-        the kernels were known), and the searches of the program with and without batch
-        expansion (`searched`: expanded op ids -> report; this report is one of them)."""
+    def add_chains(self, chains: list, seconds: float) -> None:
+        """Fold in the order search over the program's chains (it ran before the kernels were
+        known)."""
         self.chains = list(chains)
+        self.scored += sum(c.scored for c in chains)
+        self.seconds += seconds
+        self.space_size_log10 += sum(math.log10(len(c.chain.legal_orders())) for c in chains)
+
+    def add_alternatives(self, searched: dict) -> None:
+        """Fold in the searches of the program with and without batch expansion (`searched`:
+        expanded op ids -> report; this report is one of them)."""
         self.expand = next(e for e, r in searched.items() if r is self)
         self.rewrites = {("expanded " + str(list(e)) if e else "as written"): r.ranked[0].predicted
                          for e, r in searched.items()}
-        self.scored = sum(r.scored for r in searched.values()) + sum(c.scored for c in chains)
-        self.seconds = sum(r.seconds for r in searched.values()) + chain_seconds
-        self.space_size_log10 += (math.log10(len(searched))
-                                  + sum(math.log10(len(c.chain.legal_orders())) for c in chains))
+        self.scored = sum(r.scored for r in searched.values())
+        self.seconds = sum(r.seconds for r in searched.values())
+        self.space_size_log10 = math.log10(sum(10 ** r.space_size_log10 for r in searched.values()))
 
     @property
     def choices(self) -> tuple[KernelChoice, ...]:

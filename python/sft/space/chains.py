@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .. import dialect
 from ..ir import tm
 from ..passes import indexing as ix
-from ..passes.common import element_type, functions, map_list, ops_of
+from ..passes.common import element_bytes, functions, map_list, ops_of
 from .kernels import Kernel, roles_of
 
 # Which two of (X, Y, Z) are contracted first; order 0 is the program as written.
@@ -97,11 +97,6 @@ def _ordered(a, b, out) -> Step:
     return Step(tuple(a[1]), tuple(b[1]), tuple(out), (a[0], b[0]))
 
 
-def _plain(m) -> list[int] | None:
-    dims = [ix.plain_dim(e) for e in m.results]
-    return None if None in dims else dims
-
-
 def is_zero_fill(value) -> bool:
     """A tensor made by an sft.map with no inputs that yields the constant 0."""
     scalar = dialect.fill_value(getattr(value.owner, "operation", value.owner))
@@ -131,7 +126,7 @@ def _site(first, second, op_id: int) -> Site | None:
     maps1, maps2 = map_list(first.attributes["maps"]), map_list(second.attributes["maps"])
     dom1 = list(tm.DenseI64ArrayAttr(first.attributes["domain"]))
     dom2 = list(tm.DenseI64ArrayAttr(second.attributes["domain"]))
-    plain1, plain2 = [_plain(m) for m in maps1], [_plain(m) for m in maps2]
+    plain1, plain2 = [ix.plain_dims(m) for m in maps1], [ix.plain_dims(m) for m in maps2]
     if None in plain1 or None in plain2 or len(maps1) != 3 or len(maps2) != 3:
         return None
     ins2 = dialect.inputs(second)
@@ -150,9 +145,7 @@ def _site(first, second, op_id: int) -> Site | None:
             extents.append(dom1[a])
     operands = (tuple(ids[a] for a in plain1[0]), tuple(ids[a] for a in plain1[1]),
                 tuple(plain2[1 - slot]))
-    ty = element_type(second.results[0])
-    width = tm.FloatType(ty).width if isinstance(ty, tm.FloatType) else 32
-    chain = Chain(op_id, operands, tuple(plain2[2]), tuple(extents), width // 8)
+    chain = Chain(op_id, operands, tuple(plain2[2]), tuple(extents), element_bytes(second.results[0]))
     x, y = dialect.inputs(first)
     return Site(chain, first, second, x, y, ins2[1 - slot])
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from .. import dialect
 from ..ir import tm
 from ..passes import indexing as ix
-from ..passes.common import element_type, functions, map_list, ops_of
+from ..passes.common import element_bytes, functions, map_list, ops_of
 
 
 @dataclass(frozen=True)
@@ -98,12 +98,10 @@ def roles_of(out_dims: list[int], n_loops: int) -> tuple[str, ...] | None:
 def _classify(op, op_id: int) -> Kernel | None:
     maps = map_list(op.attributes["maps"])
     domain = tuple(tm.DenseI64ArrayAttr(op.attributes["domain"]))
-    out_dims = [ix.plain_dim(e) for e in maps[-1].results]
-    if None in out_dims or len(out_dims) < 2 or any(ix.plain_dim(e) is None for m in maps for e in m.results):
+    if any(ix.plain_dims(m) is None for m in maps):
         return None  # convolutions and other non-plain contractions
+    out_dims = ix.plain_dims(maps[-1])
     roles = roles_of(out_dims, len(domain))
     if roles is None:
         return None
-    width = tm.FloatType(element_type(op.results[0])).width if isinstance(
-        element_type(op.results[0]), tm.FloatType) else 32
-    return Kernel(op_id, domain, roles, width // 8, tuple(str(m) for m in maps))
+    return Kernel(op_id, domain, roles, element_bytes(op.results[0]), tuple(str(m) for m in maps))
