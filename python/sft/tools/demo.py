@@ -13,7 +13,7 @@ import sys
 from ..models import SUITE
 from .bench import speed
 
-DEFAULT_MODELS = ("linear", "mlp", "transformer_layer", "gpt2_block")
+DEFAULT_MODELS = ("linear", "mlp", "gpt2_block", "linear_attention")
 
 
 def main(argv: list[str] | None = None) -> int:
