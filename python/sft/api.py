@@ -167,7 +167,7 @@ def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
         start = time.perf_counter()
         chains = choose_orders(contraction_chains(variant), desc, desc.cores)
         seconds = time.perf_counter() - start
-        orders[expand] = tuple((c.chain.op_id, c.order) for c in chains if c.order)
+        orders[expand] = tuple((c.chain.op_id, c.order) for c in chains if c.order != c.chain.written)
         ReassociatePass(orders[expand])(variant)
         reports[expand] = search_program(*iree_view(variant, target, options), desc, options)
         reports[expand].add_chains(chains, seconds)
@@ -233,15 +233,16 @@ def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = 
     if plan is None and search != "none":
         plan, report = searched_plan(sft_text, target, search, specs, TuningDB())
     plan = plan or Plan()
-    lowered, planned = lower(sft_module, plan)
     try:
+        lowered, planned = lower(sft_module, plan)
         artifact = compile_module(planned, target, plan.flags)
     except SftError:
         if report is None:
             raise
-        # A searched plan that IREE refuses is discarded, never fatal: fall back to IREE's choice.
+        # A searched (or replayed) plan that does not apply or that IREE refuses is discarded,
+        # never fatal: fall back to IREE's choice.
         plan, report.fallback = Plan(), True
-        _, planned = lower(to_sft(sft_text, name), plan)
+        lowered, planned = lower(to_sft(sft_text, name), plan)
         artifact = compile_module(planned, target)
     stages = Stages(linalg_text, sft_text, lowered, planned) if keep_ir else Stages()
     return CompiledModel(artifact, plan, specs, stages, count_opaque(sft_text), report)

@@ -9,6 +9,18 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Union
+
+Tree = Union[int, tuple["Tree", "Tree"]]  # an order: a leaf (operand number) or two subtrees
+
+
+def as_tree(value) -> Tree:
+    """An order tree from its JSON or text form (nested lists or tuples of operand numbers)."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return (as_tree(value[0]), as_tree(value[1]))
+    raise ValueError(f"not an order tree: {value!r}")
 
 
 @dataclass(frozen=True)
@@ -44,7 +56,7 @@ class Plan:
     options; driver: the IREE runtime driver to run on ("" for the target's own)."""
 
     expand: tuple[int, ...] = ()
-    orders: tuple[tuple[int, int], ...] = ()
+    orders: tuple[tuple[int, Tree], ...] = ()
     groups: tuple[tuple[int, ...], ...] = ()
     tiles: tuple[tuple[int, TileConfig], ...] = ()
     flags: tuple[str, ...] = field(default=())
@@ -62,7 +74,7 @@ class Plan:
         data = json.loads(text)
         return Plan(
             expand=tuple(int(i) for i in data.get("expand", ())),
-            orders=tuple((int(i), int(o)) for i, o in data.get("orders", ())),
+            orders=tuple((int(i), as_tree(o)) for i, o in data.get("orders", ())),
             groups=tuple(tuple(g) for g in data.get("groups", ())),
             tiles=tuple((int(i), TileConfig(**{k: tuple(v) if isinstance(v, list) else v
                                                 for k, v in cfg.items()}))

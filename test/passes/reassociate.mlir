@@ -1,7 +1,8 @@
-// RUN: sft-opt -p 'sft-reassociate{orders=3:1}' %s | filecheck %s
-// RUN: sft-opt -p 'sft-reassociate{orders=3:0}' %s | filecheck %s --check-prefix=WRITTEN
-// RUN: not sft-opt -p 'sft-reassociate{orders=3:2}' %s 2>&1 | filecheck %s --check-prefix=ILLEGAL
-// RUN: not sft-opt -p 'sft-reassociate{orders=1:1}' %s 2>&1 | filecheck %s --check-prefix=MISSING
+// RUN: sft-opt -p 'sft-reassociate{orders=3:(0,(1,2))}' %s | filecheck %s
+// RUN: sft-opt -p 'sft-reassociate{orders=3:((0,1),2)}' %s | filecheck %s --check-prefix=WRITTEN
+// RUN: not sft-opt -p 'sft-reassociate{orders=3:((0,2),1)}' %s 2>&1 | filecheck %s --check-prefix=ILLEGAL
+// RUN: not sft-opt -p 'sft-reassociate{orders=1:(0,(1,2))}' %s 2>&1 | filecheck %s --check-prefix=MISSING
+// RUN: not sft-opt -p 'sft-reassociate{orders=3:(0,}' %s 2>&1 | filecheck %s --check-prefix=SYNTAX
 // sft-reassociate evaluates (A B) C as A (B C): 512 multiply-adds instead of 1024.
 
 // CHECK-DAG: #[[CL:.*]] = affine_map<(d0, d1, d2) -> (d2, d0)>
@@ -19,7 +20,8 @@
 // CHECK: return %[[R]]
 // WRITTEN: "sft.contract"(%arg0, %arg1
 // WRITTEN: tensor<8x8xf32>
-// ILLEGAL: error: plan gives the chain at op 3 order 2, which is not legal
+// ILLEGAL: error: plan gives the chain at op 3 the order ((0, 2), 1), which is not a legal order of its 3 operands
+// SYNTAX: error: sft-reassociate takes orders=OP:TREE;..., not 'orders=3:(0,'
 // MISSING: error: plan reorders a chain at op 1, which the program does not have
 func.func @chain(%a: tensor<8x4xf32>, %b: tensor<4x8xf32>, %c: tensor<8x4xf32>) -> tensor<8x4xf32> {
   %zero = arith.constant 0.0 : f32

@@ -24,7 +24,31 @@ from sft.space.tiles import tile_space
 
 # R[i, l] = sum over j, k of A[i, j] B[j, k] C[k, l]: index ids i=0, l=1, j=2, k=3.
 ABC = Chain(op_id=3, operands=((0, 2), (2, 3), (3, 1)), output=(0, 1), extents=(64, 16, 32, 256),
-            element_bytes=4)
+            element_bytes=4, written=((0, 1), 2))
+# A 4-operand chain R[i, m] = A[i, j] B[j, k] C[k, l] D[l, m] with uneven sizes.
+ABCD = Chain(op_id=5, operands=((0, 2), (2, 3), (3, 4), (4, 1)), output=(0, 1),
+             extents=(48, 64, 512, 16, 256), element_bytes=4, written=(((0, 1), 2), 3))
+
+
+def _trees(items):
+    """Every binary tree over `items` (each unordered split once)."""
+    if len(items) == 1:
+        yield items[0]
+        return
+    first, rest = items[0], items[1:]
+    for mask in range(1 << len(rest)):
+        side = [first] + [r for b, r in enumerate(rest) if mask >> b & 1]
+        other = [r for b, r in enumerate(rest) if not mask >> b & 1]
+        if other:
+            for a in _trees(side):
+                for b in _trees(other):
+                    yield (a, b)
+
+
+def _brute_force(chain):
+    return {t: sum(float(predict(k, tile_space(k).candidates, HOST, 1).min())
+                   for k in map(chain.kernel, chain.steps(t)))
+            for t in _trees(list(range(len(chain.operands)))) if chain.is_order(t)}
 
 
 def _linear_attention():
@@ -36,35 +60,38 @@ def _linear_attention():
 
 def test_orders_and_their_work_by_hand():
     # (A B) C: 64*256*32 + 64*16*256; A (B C): 32*16*256 + 64*16*32; (A C) B sums nothing first.
-    assert ABC.legal_orders() == [0, 1]
-    assert ABC.flops(0) == 2 * (64 * 256 * 32 + 64 * 16 * 256)
-    assert ABC.flops(1) == 2 * (32 * 16 * 256 + 64 * 16 * 32)
-    first, second = ABC.steps(1)
+    assert ABC.is_order(((0, 1), 2)) and ABC.is_order((0, (1, 2))) and not ABC.is_order(((0, 2), 1))
+    assert not ABC.is_order((0, 1))  # not every operand
+    assert ABC.flops(((0, 1), 2)) == 2 * (64 * 256 * 32 + 64 * 16 * 256)
+    assert ABC.flops((0, (1, 2))) == 2 * (32 * 16 * 256 + 64 * 16 * 32)
+    first, second = ABC.steps((0, (1, 2)))
     assert first.sources == (2, 1) and first.out == (1, 2)  # U[l, j] = sum_k C[k, l] B[j, k]
     assert second.sources == (0, 3) and second.out == (0, 1)
 
 
 def test_lower_bound_never_exceeds_the_model():
-    for order in ABC.legal_orders():
-        best = sum(float(predict(k, tile_space(k).candidates, HOST, 1).min()) for k in ABC.kernels(order))
-        assert compute_floor(ABC.flops(order), HOST, 1) <= best
+    for chain in (ABC, ABCD):
+        for tree, predicted in _brute_force(chain).items():
+            assert compute_floor(chain.flops(tree), HOST, 1) <= predicted
 
 
-def test_branch_and_bound_agrees_with_brute_force_and_prunes():
-    choice = choose_order(ABC, HOST, 1)
-    brute = {o: sum(float(predict(k, tile_space(k).candidates, HOST, 1).min()) for k in ABC.kernels(o))
-             for o in ABC.legal_orders()}
-    assert choice.order == min(brute, key=brute.get) == 1
-    assert choice.pruned == (0,)  # (A B) C's floor is above A (B C)'s predicted time
-    assert math.isclose(choice.predicted[1], brute[1])
+@pytest.mark.parametrize("chain", [ABC, ABCD], ids=["3 operands", "4 operands"])
+def test_dynamic_programming_agrees_with_brute_force_and_prunes(chain):
+    brute = _brute_force(chain)
+    choice = choose_order(chain, HOST, 1)
+    assert choice.order == min(brute, key=brute.get)
+    assert math.isclose(choice.predicted, brute[choice.order])
+    assert math.isclose(choice.written_predicted, brute[chain.written])
+    assert choice.orders == len(brute)  # every legal tree covered, counted
+    assert choice.pruned > 0            # and some splits cut by their compute floor
 
 
 def test_linear_attention_chain_is_found_and_reordered_with_the_same_numbers():
     model, inputs, expected = _linear_attention()
     module = to_sft(linalg_of(model, inputs)[0])
     (chain,) = contraction_chains(module)
-    assert chain.flops(0) / chain.flops(1) == 256 / 16  # sequence over head dim
-    compiled = sft.compile(model, inputs, plan=Plan(orders=((chain.op_id, 1),)), keep_ir=True)
+    assert chain.flops(chain.written) / chain.flops((0, (1, 2))) == 256 / 16  # sequence / head dim
+    compiled = sft.compile(model, inputs, plan=Plan(orders=((chain.op_id, (0, (1, 2))),)), keep_ir=True)
     assert "256x256xf32>" not in compiled.stages.planned  # no n x n scores
     np.testing.assert_allclose(compiled(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
 
@@ -73,7 +100,7 @@ def test_model_search_picks_the_cheap_order():
     model, inputs, expected = _linear_attention()
     compiled = sft.compile(model, inputs, search="model")
     (choice,) = compiled.search.chains
-    assert choice.order == 1 and compiled.plan.orders == ((choice.chain.op_id, 1),)
+    assert choice.order == (0, (1, 2)) and compiled.plan.orders == ((choice.chain.op_id, (0, (1, 2))),)
     assert "chain at op" in compiled.search.to_text()
     np.testing.assert_allclose(compiled(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
 
@@ -94,7 +121,7 @@ def test_bad_orders_are_illegal_plans():
     model, inputs, _ = _linear_attention()
     text = ir.print_module(to_sft(linalg_of(model, inputs)[0]))
     (chain,) = contraction_chains(to_sft(text))
-    for orders in (((chain.op_id, 2),), ((chain.op_id + 1, 1),)):
+    for orders in (((chain.op_id, ((0, 2), 1)),), ((chain.op_id + 1, (0, (1, 2))),), ((chain.op_id, (0, 1)),)):
         with pytest.raises(IllegalPlan):
             ReassociatePass(orders)(to_sft(text))
 
@@ -107,7 +134,21 @@ def test_batch_expansion_then_reordering_composes():
     ExpandBatchPass(expand)(module)
     (chain,) = contraction_chains(module)
     assert chain.extents[:2] == (2, 4)  # batch and heads, no longer merged
-    plan = Plan(expand=expand, orders=((chain.op_id, 1),))
+    plan = Plan(expand=expand, orders=((chain.op_id, (0, (1, 2))),))
     assert Plan.from_json(plan.to_json()) == plan
     np.testing.assert_allclose(sft.compile(model, inputs, plan=plan)(*inputs).numpy(), expected,
                                rtol=1e-4, atol=1e-5)
+
+
+def test_a_chain_of_three_matmuls_is_reordered_by_the_search():
+    class Product(torch.nn.Module):
+        def forward(self, a, b, c, d):
+            return a @ b @ c @ d
+    torch.manual_seed(0)
+    args = (torch.randn(48, 64), torch.randn(64, 512), torch.randn(512, 16), torch.randn(16, 256))
+    (chain,) = contraction_chains(to_sft(linalg_of(Product(), args)[0]))
+    assert chain.written == (((0, 1), 2), 3) and len(chain.operands) == 4
+    compiled = sft.compile(Product(), args, search="model", keep_ir=True)
+    (choice,) = compiled.search.chains
+    assert choice.order != chain.written and choice.predicted < choice.written_predicted
+    np.testing.assert_allclose(compiled(*args).numpy(), Product()(*args).numpy(), rtol=1e-4, atol=1e-3)

@@ -15,7 +15,7 @@ MLP_TILES = TileConfig((8, 64, 0), (8, 16, 0), (0, 0, 16))
 
 
 def test_plan_json_roundtrip_and_hash():
-    plan = Plan(orders=((30, 1),), groups=((0, 1, 2, 3),), tiles=((2, MLP_TILES),),
+    plan = Plan(orders=((30, (0, (1, 2))),), groups=((0, 1, 2, 3),), tiles=((2, MLP_TILES),),
                 flags=("--iree-opt-data-tiling",))
     again = Plan.from_json(plan.to_json())
     assert again == plan and hash(again) == hash(plan) and again.digest() == plan.digest()

@@ -1,19 +1,21 @@
 """sft-reassociate: evaluate chains of contractions in the order a plan chose.
 
-`orders` holds (op id of the chain's second contraction, order) pairs; see `space/chains.py`.
-The two contractions are replaced by the two of the chosen order, the intermediate starting from
-a fresh zero fill of its shape; the first contraction's old fill goes when nothing else reads it.
+`orders` holds (op id of the chain's last contraction, order tree) pairs; see
+`space/chains.py`. The chain's contractions are replaced by those of the chosen order, each
+intermediate starting from a fresh zero fill of its shape; old fills go when nothing reads them.
 Op ids are positions among the sft ops this pass sees.
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 from .. import dialect
 from ..errors import IllegalPlan
 from ..ir import tm
-from ..space.chains import INTERMEDIATE, PAIRINGS, chain_sites
+from ..plan import Tree, as_tree
+from ..space.chains import chain_sites
 from . import indexing as ix
 from .common import element_type, functions, has_uses, maps_attr
 
@@ -27,56 +29,62 @@ def _contract(step, values, init, extents, ip):
                           [init.type], init=init, ip=ip).results[0]
 
 
-def _rewrite(site, order: int) -> None:
-    chain, first, second = site.chain, site.first, site.second
-    step1, step2 = chain.steps(order)
-    values = {0: site.x, 1: site.y, 2: site.z}
-    ip = tm.InsertionPoint(second)
-    with second.location:
-        old_fill = dialect.init(first).owner
-        shape = [chain.extents[i] for i in step1.out]
-        fill = dialect.create_fill(dialect.fill_value(old_fill),
-                                   tm.RankedTensorType.get(shape, element_type(first.results[0])), ip)
-        values[INTERMEDIATE] = _contract(step1, values, fill, chain.extents, ip)
-        result = _contract(step2, values, dialect.init(second), chain.extents, ip)
-    second.results[0].replace_all_uses_with(result)
-    second.erase()
-    first.erase()
-    if not has_uses(old_fill.results[0]):
-        old_fill.erase()
+def _rewrite(site, tree) -> None:
+    chain, last = site.chain, site.contractions[-1]
+    values = list(site.values)
+    ip = tm.InsertionPoint(last)
+    ty = element_type(last.results[0])
+    steps = chain.steps(tree)
+    with last.location:
+        for step in steps[:-1]:
+            shape = [chain.extents[i] for i in step.out]
+            fill = dialect.create_fill(site.zero, tm.RankedTensorType.get(shape, ty), ip)
+            values.append(_contract(step, values, fill, chain.extents, ip))
+        result = _contract(steps[-1], values, dialect.init(last), chain.extents, ip)
+    last.results[0].replace_all_uses_with(result)
+    fills = [dialect.init(op).owner for op in site.contractions[:-1]]
+    for op in reversed(site.contractions):
+        op.erase()
+    for fill in fills:
+        fill = getattr(fill, "operation", fill)
+        if not has_uses(fill.results[0]):
+            fill.erase()
 
 
 @dataclass(frozen=True)
 class ReassociatePass:
     """Evaluate each listed chain in its chosen order (0 leaves it as written)."""
 
-    orders: tuple[tuple[int, int], ...] = ()
+    orders: tuple[tuple[int, Tree], ...] = ()
     name = "sft-reassociate"
 
     @classmethod
     def from_options(cls, text: str) -> "ReassociatePass":
-        """`orders=OP:ORDER,OP:ORDER` (sft-opt -p 'sft-reassociate{orders=30:1}')."""
+        """`orders=OP:TREE;OP:TREE`, a tree nesting pairs of operand numbers
+        (sft-opt -p 'sft-reassociate{orders=3:(0,(1,2))}')."""
         key, _, value = text.partition("=")
         try:
             if key.strip() != "orders":
                 raise ValueError
-            pairs = [tuple(int(x) for x in item.split(":")) for item in value.split(",") if item.strip()]
-            if any(len(p) != 2 for p in pairs):
-                raise ValueError
-            return cls(tuple(pairs))
-        except ValueError:
-            raise IllegalPlan(f"sft-reassociate takes orders=OP:ORDER,..., not '{text}'") from None
+            orders = []
+            for item in filter(str.strip, value.split(";")):
+                op_id, _, tree = item.partition(":")
+                orders.append((int(op_id), as_tree(ast.literal_eval(tree.strip()))))
+            return cls(tuple(orders))
+        except (ValueError, SyntaxError):
+            raise IllegalPlan(f"sft-reassociate takes orders=OP:TREE;..., not '{text}'") from None
 
     def __call__(self, module) -> None:
         wanted = dict(self.orders)
         with module.context, tm.Location.unknown():
             for func in functions(module):
                 sites = {s.chain.op_id: s for s in chain_sites(func.regions[0].blocks[0])}
-                for op_id, order in wanted.items():
+                for op_id, tree in wanted.items():
                     if op_id not in sites:
                         raise IllegalPlan(f"plan reorders a chain at op {op_id}, which the program does not have")
-                    if order not in range(len(PAIRINGS)) or order not in sites[op_id].chain.legal_orders():
-                        raise IllegalPlan(f"plan gives the chain at op {op_id} order {order}, which is not legal")
-                for op_id, order in wanted.items():
-                    if order:
-                        _rewrite(sites[op_id], order)
+                    if not sites[op_id].chain.is_order(tree):
+                        raise IllegalPlan(f"plan gives the chain at op {op_id} the order {tree}, which is "
+                                          f"not a legal order of its {len(sites[op_id].chain.operands)} operands")
+                for op_id, tree in wanted.items():
+                    if tree != sites[op_id].chain.written:
+                        _rewrite(sites[op_id], tree)

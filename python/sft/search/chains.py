@@ -1,9 +1,11 @@
-"""Branch and bound over the evaluation orders of contraction chains.
+"""Dynamic programming with branch and bound over the evaluation orders of contraction chains.
 
-Chains are disjoint, so each is decided alone. A chain's orders are visited cheapest lower bound
-first (its work at peak rate, `compute_floor`); an order whose bound is no better than the best
-predicted time found so far is pruned without being scored. An order is scored as the sum of its
-steps, each under its best tile candidate (the tile search that follows picks the tiles).
+Chains are disjoint, so each is decided alone. The best order of a group of operands is the
+best split of the group into two, each side in its own best order, plus the contraction that
+joins them: dynamic programming over subsets (the optimal-einsum recurrence), exact. A split is
+pruned unscored when its sides' best times plus the joining step's compute floor (its work at
+peak rate: `predict` never goes below it) already reach the best split found. A step is scored
+under its best tile candidate (the tile search that follows picks the tiles).
 """
 
 from __future__ import annotations
@@ -13,53 +15,90 @@ from dataclasses import dataclass
 
 from ..cost.model import compute_floor, predict, untiled_contraction
 from ..cost.targets import TargetDesc
-from ..space.chains import Chain
+from ..plan import Tree
+from ..space.chains import Chain, Step, step_flops
 from ..space.tiles import tile_space
 
 
 @dataclass(frozen=True)
 class OrderChoice:
     chain: Chain
-    order: int                         # the order picked (0: as written)
-    predicted: dict                    # order -> predicted seconds, for those scored
-    pruned: tuple[int, ...]            # orders cut by their lower bound
+    order: Tree                        # the order picked (chain.written when nothing beats it)
+    predicted: float                   # its predicted seconds
+    written_predicted: float           # the order as written, predicted
     scored: int                        # tile candidates scored
+    pruned: int                        # splits cut by their lower bound
+    orders: int                        # orders the search covered
 
     def to_dict(self) -> dict:
-        return {"op": self.chain.op_id, "order": self.order,
-                "flops": {o: self.chain.flops(o) for o in self.chain.legal_orders()},
-                "predicted_s": self.predicted, "pruned": list(self.pruned)}
+        return {"op": self.chain.op_id, "order": self.order, "written": self.chain.written,
+                "flops": self.chain.flops(self.order), "written_flops": self.chain.flops(self.chain.written),
+                "predicted_s": self.predicted, "written_predicted_s": self.written_predicted,
+                "orders_covered": self.orders, "splits_pruned": self.pruned}
 
 
-def _score(chain: Chain, order: int, target: TargetDesc, cores: int) -> tuple[float, int]:
-    total, scored = 0.0, 0
-    for step, kernel in zip(chain.steps(order), chain.kernels(order)):
-        if kernel is None:
-            loops = [chain.extents[i] for i in step.loops]
-            nbytes = chain.element_bytes * sum(math.prod(chain.extents[i] for i in t)
-                                               for t in (step.lhs, step.rhs, step.out))
-            total += untiled_contraction(2.0 * math.prod(loops), nbytes, target, cores)
-            continue
-        space = tile_space(kernel)
-        total += float(predict(kernel, space.candidates, target, cores).min())
-        scored += len(space)
-    return total, scored
+class _StepCost:
+    """Predicted seconds of one step, remembered (the same step recurs across splits)."""
+
+    def __init__(self, chain: Chain, target: TargetDesc, cores: int):
+        self.chain, self.target, self.cores = chain, target, cores
+        self.known: dict[tuple, float] = {}
+        self.scored = 0
+
+    def floor(self, step: Step) -> float:
+        return compute_floor(step_flops(self.chain, step), self.target, self.cores)
+
+    def __call__(self, step: Step) -> float:
+        key = (step.lhs, step.rhs, step.out)
+        if key not in self.known:
+            kernel = self.chain.kernel(step)
+            if kernel is None:
+                nbytes = self.chain.element_bytes * sum(
+                    math.prod(self.chain.extents[i] for i in t) for t in (step.lhs, step.rhs, step.out))
+                self.known[key] = untiled_contraction(step_flops(self.chain, step), nbytes,
+                                                      self.target, self.cores)
+            else:
+                space = tile_space(kernel)
+                self.known[key] = float(predict(kernel, space.candidates, self.target, self.cores).min())
+                self.scored += len(space)
+        return self.known[key]
 
 
 def choose_order(chain: Chain, target: TargetDesc, cores: int) -> OrderChoice:
-    legal = chain.legal_orders()
-    bound = {o: compute_floor(chain.flops(o), target, cores) for o in legal}
-    best, best_time, predicted, pruned, scored = 0, math.inf, {}, [], 0
-    for order in sorted(legal, key=lambda o: (bound[o], o)):
-        if bound[order] >= best_time:
-            pruned.append(order)
+    cost = _StepCost(chain, target, cores)
+    n = len(chain.operands)
+    best: dict[frozenset, tuple[float, Tree]] = {frozenset([i]): (0.0, i) for i in range(n)}
+    count: dict[frozenset, int] = {frozenset([i]): 1 for i in range(n)}
+    pruned = 0
+    groups = sorted((frozenset(i for i in range(n) if mask >> i & 1) for mask in range(1, 1 << n)), key=len)
+    for group in groups:
+        if len(group) < 2:
             continue
-        predicted[order], n = _score(chain, order, target, cores)
-        scored += n
-        # As written wins ties: a reorder must predict a gain to be taken.
-        if predicted[order] < best_time or (order == 0 and predicted[order] <= best_time):
-            best, best_time = order, predicted[order]
-    return OrderChoice(chain, best, predicted, tuple(pruned), scored)
+        first, rest = min(group), sorted(group - {min(group)})
+        found, count[group] = (math.inf, None), 0
+        for mask in range(1 << len(rest)):  # the side holding `first` fixes each split once
+            side = frozenset([first] + [r for b, r in enumerate(rest) if mask >> b & 1])
+            other = group - side
+            if not other or side not in best or other not in best:
+                continue
+            step = chain.step((0, side), (1, other))
+            if not set(step.lhs + step.rhs) - set(step.out):
+                continue  # an outer product: not an order (Chain.is_order)
+            count[group] += count[side] * count[other]
+            base = best[side][0] + best[other][0]
+            if base + cost.floor(step) >= found[0]:
+                pruned += 1
+                continue
+            total = base + cost(step)
+            if total < found[0]:
+                found = (total, (best[side][1], best[other][1]))
+        if found[1] is not None:
+            best[group] = found
+    written = sum(cost(s) for s in chain.steps(chain.written))
+    predicted, order = best[frozenset(range(n))]
+    if written <= predicted:  # as written wins ties: a reorder must predict a gain
+        predicted, order = written, chain.written
+    return OrderChoice(chain, order, predicted, written, cost.scored, pruned, count[frozenset(range(n))])
 
 
 def choose_orders(chains: list[Chain], target: TargetDesc, cores: int) -> list[OrderChoice]:

@@ -58,9 +58,9 @@ class SearchReport:
     rewrites: dict = field(default_factory=dict)  # predicted seconds with and without expansion
 
     @property
-    def orders(self) -> tuple[tuple[int, int], ...]:
+    def orders(self) -> tuple:
         """The chains' chosen orders, as a Plan holds them (those as written left out)."""
-        return tuple((c.chain.op_id, c.order) for c in self.chains if c.order)
+        return tuple((c.chain.op_id, c.order) for c in self.chains if c.order != c.chain.written)
 
     def add_chains(self, chains: list, seconds: float) -> None:
         """Fold in the order search over the program's chains (it ran before the kernels were
@@ -68,7 +68,7 @@ class SearchReport:
         self.chains = list(chains)
         self.scored += sum(c.scored for c in chains)
         self.seconds += seconds
-        self.space_size_log10 += sum(math.log10(len(c.chain.legal_orders())) for c in chains)
+        self.space_size_log10 += sum(math.log10(max(c.orders, 1)) for c in chains)
 
     def add_alternatives(self, searched: dict) -> None:
         """Fold in the searches of the program with and without batch expansion (`searched`:
@@ -110,9 +110,9 @@ class SearchReport:
         for o in self.ranked:
             lines.append(f"  options {o.options.describe():<32} predicted {o.predicted * 1e3:8.4f} ms")
         for c in self.chains:
-            scored = ", ".join(f"order {o} {t * 1e6:.1f} us" for o, t in sorted(c.predicted.items()))
-            pruned = f"; pruned by bound: {list(c.pruned)}" if c.pruned else ""
-            lines.append(f"  chain at op {c.chain.op_id}: order {c.order} ({scored}{pruned})")
+            lines.append(f"  chain at op {c.chain.op_id}: order {c.order}, predicted "
+                         f"{c.predicted * 1e6:.1f} us vs {c.written_predicted * 1e6:.1f} us as "
+                         f"written {c.chain.written} ({c.orders} orders, {c.pruned} splits pruned)")
         if len(self.rewrites) > 1:
             shown = ", ".join(f"{name} {t * 1e3:.4f} ms" for name, t in self.rewrites.items())
             lines.append(f"  batch expansion: {shown}; taken: {list(self.expand) or 'no'}")

@@ -1,37 +1,37 @@
 """Chains of contractions and the orders they can be evaluated in (graph-level algebra).
 
-Two contractions where the first's result feeds only the second compute one three-operand sum
-of products: R = sum X * Y * Z over every index that R does not keep. Summing is associative,
-so the pair contracted first is a free choice: (X Y) Z as written, X (Y Z), or (X Z) Y. The
-orders can differ in work by the ratio of the tensor sizes: linear attention's (Q K^T) V costs
-n/d times Q (K^T V). Each tensor is described by the ids of its indices, shared across the
-chain, so that an order is plain data.
+Contractions whose results each feed only the next compute one sum of products over all their
+operands: R = sum X * Y * Z * ... over every index that R does not keep. Summing is associative
+and commutative, so any binary tree over the operands computes R: an order is such a tree, the
+leaves numbered as the program writes them. The orders can differ in work by the ratio of the
+tensor sizes: linear attention's (Q K^T) V costs sequence/head-dim times Q (K^T V). Each tensor
+is described by the ids of its indices, shared across the chain, so that an order is plain data.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
 from .. import dialect
 from ..ir import tm
 from ..passes import indexing as ix
 from ..passes.common import element_bytes, functions, map_list, ops_of
+from ..plan import Tree
 from .kernels import Kernel, roles_of
 
-# Which two of (X, Y, Z) are contracted first; order 0 is the program as written.
-PAIRINGS = ((0, 1), (1, 2), (0, 2))
-INTERMEDIATE = 3
+MAX_OPERANDS = 8  # 3^8 subset splits: the order search stays well under a second
 
 
 @dataclass(frozen=True)
 class Step:
-    """One contraction of an order: out[out] = sum over the other indices of lhs[lhs] * rhs[rhs]."""
+    """One contraction of an order: out[out] = sum over the other indices of lhs[lhs] * rhs[rhs].
+    sources: what lhs and rhs are, an operand number or, from the operand count up, the result
+    of an earlier step."""
 
     lhs: tuple[int, ...]
     rhs: tuple[int, ...]
     out: tuple[int, ...]
-    sources: tuple[int, int]  # what lhs and rhs are: 0, 1, 2 for X, Y, Z; 3 for the intermediate
+    sources: tuple[int, int]
 
     @property
     def loops(self) -> tuple[int, ...]:
@@ -46,132 +46,173 @@ class Step:
                      for t in (self.lhs, self.rhs, self.out))
 
 
+def leaves(tree: Tree) -> list[int]:
+    return [tree] if isinstance(tree, int) else leaves(tree[0]) + leaves(tree[1])
+
+
 @dataclass(frozen=True)
 class Chain:
-    """X, Y: the first contraction's operands; Z: the second's other operand; output: R's
-    indices; extents: the size of each index id."""
+    """operands: each operand's index ids; output: R's; extents: the size of each index id;
+    written: the order the program has."""
 
-    op_id: int                         # the second contraction's sft op id, as written
-    operands: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+    op_id: int                         # the last contraction's sft op id
+    operands: tuple[tuple[int, ...], ...]
     output: tuple[int, ...]
     extents: tuple[int, ...]
     element_bytes: int
+    written: Tree
 
-    def steps(self, order: int) -> tuple[Step, Step]:
-        """The two contractions of `order`: the pair first, into an intermediate that keeps the
-        indices the rest still needs (R's in R's order, then the third operand's)."""
-        i, j = PAIRINGS[order]
-        (rest,) = {0, 1, 2} - {i, j}
-        a, b, c = self.operands[i], self.operands[j], self.operands[rest]
-        pair = set(a + b)
-        kept = [x for x in self.output if x in pair]
-        kept += [x for x in c if x in pair and x not in kept]
-        first = _ordered((i, a), (j, b), tuple(kept))
-        return first, _ordered((INTERMEDIATE, tuple(kept)), (rest, c), self.output)
+    def kept(self, group: frozenset[int]) -> tuple[int, ...]:
+        """The indices of the product of the operands in `group`: one operand's own; else those
+        the rest still needs, R's in R's order, then the other operands', in operand order."""
+        if len(group) == 1:
+            return self.operands[next(iter(group))]
+        if len(group) == len(self.operands):
+            return self.output
+        inside = {i for g in group for i in self.operands[g]}
+        kept = [i for i in self.output if i in inside]
+        for o in range(len(self.operands)):
+            if o not in group:
+                kept += [i for i in self.operands[o] if i in inside and i not in kept]
+        return tuple(kept)
 
-    def legal_orders(self) -> list[int]:
-        """Orders whose every step sums at least one index: an outer product materialises a
-        tensor as large as both operands times each other, to save nothing."""
-        return [o for o in range(len(PAIRINGS))
-                if all(set(s.lhs + s.rhs) - set(s.out) for s in self.steps(o))]
+    def step(self, a: tuple[int, frozenset[int]], b: tuple[int, frozenset[int]]) -> Step:
+        """The contraction of two products (source, operand group); lhs is the one that holds
+        the result's row index (second to last), as in A @ B."""
+        out = self.kept(a[1] | b[1])
+        lhs, rhs = self.kept(a[1]), self.kept(b[1])
+        if len(out) >= 2 and out[-2] in rhs and out[-2] not in lhs:
+            (a, lhs), (b, rhs) = (b, rhs), (a, lhs)
+        return Step(lhs, rhs, out, (a[0], b[0]))
 
-    def flops(self, order: int) -> float:
-        return sum(2.0 * math.prod(self.extents[i] for i in s.loops) for s in self.steps(order))
+    def steps(self, tree: Tree) -> list[Step]:
+        """The contractions of an order, each after those it reads."""
+        found: list[Step] = []
 
-    def kernels(self, order: int) -> list[Kernel | None]:
-        """The steps as kernels for the cost model (None where a step is not matmul-like)."""
-        found = []
-        for step in self.steps(order):
-            loops = step.loops
-            roles = roles_of([loops.index(i) for i in step.out], len(loops))
-            found.append(None if roles is None else Kernel(
-                -1, tuple(self.extents[i] for i in loops), roles, self.element_bytes, step.maps()))
+        def visit(node) -> tuple[int, frozenset[int]]:
+            if isinstance(node, int):
+                return node, frozenset([node])
+            a, b = visit(node[0]), visit(node[1])
+            found.append(self.step(a, b))
+            return len(self.operands) + len(found) - 1, a[1] | b[1]
+
+        visit(tree)
         return found
 
+    def is_order(self, tree: Tree) -> bool:
+        """A tree over every operand once whose every step sums at least one index: an outer
+        product materialises a tensor as large as both operands times each other, to save
+        nothing."""
+        return (sorted(leaves(tree)) == list(range(len(self.operands)))
+                and all(set(s.lhs + s.rhs) - set(s.out) for s in self.steps(tree)))
 
-def _ordered(a, b, out) -> Step:
-    """lhs is the operand that holds the result's row index (second to last), as in A @ B;
-    `a` and `b` are (source, indices)."""
-    if len(out) >= 2 and out[-2] in b[1] and out[-2] not in a[1]:
-        a, b = b, a
-    return Step(tuple(a[1]), tuple(b[1]), tuple(out), (a[0], b[0]))
+    def flops(self, tree: Tree) -> float:
+        return sum(step_flops(self, s) for s in self.steps(tree))
+
+    def kernel(self, step: Step) -> Kernel | None:
+        """A step as a kernel for the cost model (None where it is not matmul-like)."""
+        loops = step.loops
+        roles = roles_of([loops.index(i) for i in step.out], len(loops))
+        return None if roles is None else Kernel(
+            -1, tuple(self.extents[i] for i in loops), roles, self.element_bytes, step.maps())
 
 
-def is_zero_fill(value) -> bool:
-    """A tensor made by an sft.map with no inputs that yields the constant 0."""
-    scalar = dialect.fill_value(getattr(value.owner, "operation", value.owner))
-    yielded = getattr(scalar.owner, "operation", None) if scalar is not None else None
-    if getattr(yielded, "name", "") != "arith.constant":
-        return False
-    attr = yielded.attributes["value"]
-    try:
-        return tm.FloatAttr(attr).value == 0.0
-    except ValueError:
-        return tm.IntegerAttr(attr).value == 0
+def step_flops(chain: Chain, step: Step) -> float:
+    return 2.0 * math.prod(chain.extents[i] for i in step.loops)
 
 
 @dataclass
 class Site:
-    """Where a chain is in the IR: its two contraction ops and their operands."""
+    """Where a chain is in the IR: its contractions (the last one last), its operands' values
+    and the zero its intermediates start from."""
 
     chain: Chain
-    first: object
-    second: object
-    x: object
-    y: object
-    z: object
+    contractions: list
+    values: list
+    zero: object
 
 
-def _site(first, second, op_id: int) -> Site | None:
-    maps1, maps2 = map_list(first.attributes["maps"]), map_list(second.attributes["maps"])
-    dom1 = list(tm.DenseI64ArrayAttr(first.attributes["domain"]))
-    dom2 = list(tm.DenseI64ArrayAttr(second.attributes["domain"]))
-    plain1, plain2 = [ix.plain_dims(m) for m in maps1], [ix.plain_dims(m) for m in maps2]
-    if None in plain1 or None in plain2 or len(maps1) != 3 or len(maps2) != 3:
+class _Builder:
+    """Grows a chain down from its last contraction through results read only once."""
+
+    def __init__(self, used: list):
+        self.used, self.contractions, self.values, self.operands = used, [], [], []
+        self.extents: list[int] = []
+        self.zero = None
+
+    def absorbable(self, value) -> bool:
+        op = getattr(value.owner, "operation", value.owner)
+        return (getattr(op, "name", "") == "sft.contract" and not any(op == u for u in self.used)
+                and len(list(op.results[0].uses)) == 1 and _zero(dialect.init(op)) is not None
+                and _maps(op) is not None and len(self.values) + 2 <= MAX_OPERANDS)
+
+    def grow(self, op, ids: list[int]) -> Tree:
+        """The subtree `op` computes; `ids` gives the chain's index id of each of its loops."""
+        self.contractions.append(op)
+        maps = _maps(op)
+        nodes = []
+        for value, used in zip(dialect.inputs(op), maps[:2]):
+            if self.absorbable(value):
+                inner = getattr(value.owner, "operation", value.owner)
+                self.zero = self.zero or _zero(dialect.init(inner))
+                inner_maps = _maps(inner)
+                inner_ids = []
+                domain = list(tm.DenseI64ArrayAttr(inner.attributes["domain"]))
+                for a, size in enumerate(domain):
+                    if a in inner_maps[2]:
+                        inner_ids.append(ids[used[inner_maps[2].index(a)]])
+                    else:
+                        inner_ids.append(len(self.extents))
+                        self.extents.append(size)
+                nodes.append(self.grow(inner, inner_ids))
+            else:
+                nodes.append(len(self.values))
+                self.values.append(value)
+                self.operands.append(tuple(ids[d] for d in used))
+        return (nodes[0], nodes[1])
+
+
+def _maps(op) -> list[list[int]] | None:
+    """The contraction's maps as loop lists, when each is plain and the result's repeats none."""
+    maps = [ix.plain_dims(m) for m in map_list(op.attributes["maps"])]
+    if None in maps or len(maps) != 3 or len(set(maps[2])) != len(maps[2]):
         return None
-    ins2 = dialect.inputs(second)
-    slot = 0 if ins2[0] == first.results[0] else 1
-    out1, read = plain1[2], plain2[slot]
-    if len(set(out1)) != len(out1) or len(set(read)) != len(read) or len(set(plain2[2])) != len(plain2[2]):
+    return maps
+
+
+def _zero(value):
+    """The zero scalar a tensor is filled with, or None when it is not a fill of zero."""
+    scalar = dialect.fill_value(getattr(value.owner, "operation", value.owner))
+    constant = getattr(scalar.owner, "operation", None) if scalar is not None else None
+    if getattr(constant, "name", "") != "arith.constant":
         return None
-    # Ids: the second contraction's loops keep theirs; the first's kept loops take the id of the
-    # loop that reads them in the second; its summed loops get new ids.
-    ids, extents = {}, list(dom2)
-    for a in range(len(dom1)):
-        if a in out1:
-            ids[a] = read[out1.index(a)]
-        else:
-            ids[a] = len(extents)
-            extents.append(dom1[a])
-    operands = (tuple(ids[a] for a in plain1[0]), tuple(ids[a] for a in plain1[1]),
-                tuple(plain2[1 - slot]))
-    chain = Chain(op_id, operands, tuple(plain2[2]), tuple(extents), element_bytes(second.results[0]))
-    x, y = dialect.inputs(first)
-    return Site(chain, first, second, x, y, ins2[1 - slot])
+    attr = constant.attributes["value"]
+    try:
+        return scalar if tm.FloatAttr(attr).value == 0.0 else None
+    except ValueError:
+        return scalar if tm.IntegerAttr(attr).value == 0 else None
 
 
 def chain_sites(block) -> list[Site]:
-    """Chains in program order; a contraction belongs to at most one (the first it is found in).
-    The first contraction must start from zero and feed nothing but the second."""
-    sites, used, op_id = [], [], 0
-    for op in ops_of(block):
-        if op.name not in dialect.COMPUTE_OPS:
+    """Chains of two or more contractions, found from the last contraction of each; a
+    contraction belongs to one chain at most. Every contraction but the last must start from
+    zero and feed nothing but the next, and every map must be plain (each index one loop)."""
+    compute = [op for op in ops_of(block) if op.name in dialect.COMPUTE_OPS]
+    sites, used = [], []
+    for op_id in reversed(range(len(compute))):
+        op = compute[op_id]
+        if op.name != "sft.contract" or any(op == u for u in used) or _maps(op) is None:
             continue
-        if op.name == "sft.contract" and not any(op == u for u in used):
-            for value in dialect.inputs(op):
-                first = value.owner
-                first = getattr(first, "operation", first)
-                if (getattr(first, "name", "") != "sft.contract" or any(first == u for u in used)
-                        or len(list(first.results[0].uses)) != 1
-                        or not is_zero_fill(dialect.init(first))):
-                    continue
-                site = _site(first, op, op_id)
-                if site is not None:
-                    sites.append(site)
-                    used += [first, op]
-                    break
-        op_id += 1
-    return sites
+        builder = _Builder(used)
+        builder.extents = list(tm.DenseI64ArrayAttr(op.attributes["domain"]))
+        written = builder.grow(op, list(range(len(builder.extents))))
+        if len(builder.contractions) < 2:
+            continue
+        used += builder.contractions
+        chain = Chain(op_id, tuple(builder.operands), tuple(_maps(op)[2]), tuple(builder.extents),
+                      element_bytes(op.results[0]), written)
+        sites.append(Site(chain, builder.contractions[::-1], builder.values, builder.zero))
+    return sites[::-1]
 
 
 def contraction_chains(module) -> list[Chain]:
