@@ -204,7 +204,7 @@ def searched_plan(sft_text: str, target: str, search: str, specs, db: TuningDB) 
         report = SearchReport(scored=stored.get("scored", 0),
                               space_size_log10=stored.get("space_size_log10", 0.0),
                               measured=stored.get("measured_s", {}),
-                              chosen=f"{stored.get('chosen', '')} (replayed from the tuning database)")
+                              chosen=stored.get("chosen", ""), replayed=True)
         return Plan.from_json(hit[0]), report
     plan, report = search_plan(sft_text, target, desc)
     if search == "verify":

@@ -53,6 +53,7 @@ class SearchReport:
     fallback: bool = False  # the chosen plan failed to compile; IREE's default was used
     measured: dict = field(default_factory=dict)  # what verify timed: name -> seconds or None
     chosen: str = ""                   # what was picked, in words
+    replayed: bool = False             # the plan came from the tuning database, not a search
     chains: list = field(default_factory=list)  # OrderChoice per chain of contractions
     expand: tuple[int, ...] = ()       # contractions run over their expanded batch
     rewrites: dict = field(default_factory=dict)  # predicted seconds with and without expansion
@@ -92,6 +93,7 @@ class SearchReport:
     def to_dict(self) -> dict:
         return {
             "summary": self.summary(), "chosen": self.chosen, "fallback": self.fallback,
+            "replayed": self.replayed,
             "space_size_log10": self.space_size_log10, "scored": self.scored,
             "search_seconds": self.seconds,
             "options": [{"options": o.options.describe(), "predicted_s": o.predicted}
@@ -125,7 +127,8 @@ class SearchReport:
             shown = "failed" if seconds is None else f"{seconds * 1e3:.4f} ms"
             lines.append(f"  measured {name:<40} {shown}")
         if self.chosen:
-            lines.append(f"  chosen: {self.chosen}")
+            replayed = " (replayed from the tuning database)" if self.replayed else ""
+            lines.append(f"  chosen: {self.chosen}{replayed}")
         return "\n".join(lines)
 
     def to_json(self) -> str:

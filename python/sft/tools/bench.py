@@ -62,6 +62,12 @@ def _geomean(xs) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
+def _chosen(report: dict) -> str:
+    """The verify column's choice; * marks a plan replayed from the tuning database."""
+    mark = "*" if report.get("replayed") else ""
+    return report["chosen"][:33 - len(mark)] + mark
+
+
 def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -> dict:
     import torch
 
@@ -100,7 +106,7 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
         ms = lambda k: f"{times[k] * 1e3:8.3f}" if times.get(k) else f"{'-':>8}"
         space = row["model_search"].get("space_size_log10", 0.0)
         print(f"{name:<18}{'y' if row['ok'] else 'N':>3}{row['dispatches']:>5}{f'1e{space:.1f}':>7}"
-              f"{row['verify_search']['chosen'][:33]:>34}{ms('eager')}{ms('torch_compile')}{ms('iree')}"
+              f"{_chosen(row['verify_search']):>34}{ms('eager')}{ms('torch_compile')}{ms('iree')}"
               f"{ms('model')}{ms('verify')}{row['verify_over_iree']:>11.2f}x{row['model_over_iree']:>10.2f}x"
               f"{row['model_over_verify']:>12.2f}x{row['verify_over_best_torch']:>12.2f}x", flush=True)
         for variant, err in errors.items():
@@ -110,6 +116,7 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
     summary["verify_never_slower"] = all(r["verify_over_iree"] >= 1.0 for r in rows)
     print("\ngeomean: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items() if k != "verify_never_slower"))
     print("columns: ms per call (medians of interleaved rounds, one process per variant); "
+          "chosen *: replayed from the tuning database; "
           "verify/torch: speed-up over the faster of eager and torch.compile")
     return {"rows": rows, "summary": summary}
 
