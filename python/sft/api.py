@@ -25,7 +25,7 @@ from .plan import Plan
 from .cost.targets import describe
 from .measure import target_key, verify
 from .search import SearchReport, search_program
-from .search.chains import choose_orders
+from .search.chains import choose_orders, plan_orders
 from .space.chains import contraction_chains
 from .space.kernels import contraction_kernels
 from .space.options import option_space
@@ -167,7 +167,7 @@ def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
         start = time.perf_counter()
         chains = choose_orders(contraction_chains(variant), desc, desc.cores)
         seconds = time.perf_counter() - start
-        orders[expand] = tuple((c.chain.op_id, c.order) for c in chains if c.order != c.chain.written)
+        orders[expand] = plan_orders(chains)
         ReassociatePass(orders[expand])(variant)
         reports[expand] = search_program(*iree_view(variant, target, options), desc, options)
         reports[expand].add_chains(chains, seconds)

@@ -57,15 +57,21 @@ def batch_splits(op) -> dict[int, tuple[int, ...]] | None:
     return splits or None
 
 
+def _split(sizes, parts_at: dict[int, tuple[int, ...]]) -> tuple[list[int], list[list[int]]]:
+    """`sizes` with the entries at the keys of `parts_at` split into those parts, and for each
+    old entry the positions it became."""
+    new, groups = [], []
+    for pos, size in enumerate(sizes):
+        parts = parts_at.get(pos, (size,))
+        groups.append(list(range(len(new), len(new) + len(parts))))
+        new += parts
+    return new, groups
+
+
 def _expanded(value, positions: dict[int, tuple[int, ...]], ip):
     """`value` with the dims at `positions` split into the given extents: the source of the
     collapse view that made it when that is exactly this split, else an expand view of it."""
-    shape = static_shape(value)
-    new_shape, groups = [], []
-    for pos, size in enumerate(shape):
-        parts = positions.get(pos, (size,))
-        groups.append(list(range(len(new_shape), len(new_shape) + len(parts))))
-        new_shape += parts
+    new_shape, groups = _split(static_shape(value), positions)
     found = _view(value, "collapse")
     if found is not None and static_shape(found[1]) == new_shape and found[2] == groups:
         return found[1]
@@ -77,11 +83,7 @@ def _expanded(value, positions: dict[int, tuple[int, ...]], ip):
 def expand(op, splits: dict[int, tuple[int, ...]]) -> None:
     maps = _plain(op)
     domain = list(tm.DenseI64ArrayAttr(op.attributes["domain"]))
-    loops, new_domain = [], []
-    for dim, size in enumerate(domain):
-        parts = splits.get(dim, (size,))
-        loops.append(list(range(len(new_domain), len(new_domain) + len(parts))))
-        new_domain += parts
+    new_domain, loops = _split(domain, splits)
     new_maps = [ix.affine_map(len(new_domain), [ix.d(n) for dim in m for n in loops[dim]]) for m in maps]
 
     def positions(m):
@@ -92,17 +94,12 @@ def expand(op, splits: dict[int, tuple[int, ...]]) -> None:
         ins = [_expanded(v, positions(m), ip) for v, m in zip(dialect.inputs(op), maps)]
         init = dialect.init(op)
         scalar = dialect.fill_value(getattr(init.owner, "operation", init.owner))
-        out_shape = [s for dim in maps[2] for s in splits.get(dim, (domain[dim],))]
+        out_shape, groups = _split([domain[d] for d in maps[2]], positions(maps[2]))
         out_type = tm.RankedTensorType.get(out_shape, element_type(init))
         new_init = (dialect.create_fill(scalar, out_type, ip) if scalar is not None
                     else _expanded(init, positions(maps[2]), ip))
         attrs = {"domain": tm.DenseI64ArrayAttr.get(new_domain), "maps": maps_attr(new_maps)}
         result = dialect.create("sft.contract", ins, attrs, [out_type], init=new_init, ip=ip).results[0]
-        groups, at = [], 0
-        for dim in maps[2]:
-            width = len(splits.get(dim, (0,)))
-            groups.append(list(range(at, at + width)))
-            at += width
         uses = list(op.results[0].uses)
         user = getattr(uses[0].owner, "operation", uses[0].owner) if len(uses) == 1 else None
         reshaped = _view(user.results[0], "expand") if user is not None else None

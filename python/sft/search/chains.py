@@ -103,3 +103,8 @@ def choose_order(chain: Chain, target: TargetDesc, cores: int) -> OrderChoice:
 
 def choose_orders(chains: list[Chain], target: TargetDesc, cores: int) -> list[OrderChoice]:
     return [choose_order(c, target, cores) for c in chains]
+
+
+def plan_orders(choices: list[OrderChoice]) -> tuple[tuple[int, Tree], ...]:
+    """The orders as a Plan holds them: (op id, tree), the chains kept as written left out."""
+    return tuple((c.chain.op_id, c.order) for c in choices if c.order != c.chain.written)

@@ -15,6 +15,7 @@ from ..backend.profile import Profile
 from ..cost.model import (default_candidate, memory_bound, option_speedup, other_dispatches,
                           overheads, predict)
 from ..cost.targets import TargetDesc
+from .chains import plan_orders
 from ..space.kernels import Kernel, in_layout
 from ..space.options import ModuleOptions
 from ..space.tiles import TileSpace, tile_space
@@ -60,8 +61,8 @@ class SearchReport:
 
     @property
     def orders(self) -> tuple:
-        """The chains' chosen orders, as a Plan holds them (those as written left out)."""
-        return tuple((c.chain.op_id, c.order) for c in self.chains if c.order != c.chain.written)
+        """The chains' chosen orders, as a Plan holds them."""
+        return plan_orders(self.chains)
 
     def add_chains(self, chains: list, seconds: float) -> None:
         """Fold in the order search over the program's chains (it ran before the kernels were
