@@ -24,7 +24,7 @@ IREE_DEFAULT = (32, 64, 8, 16, 16)
 
 
 def _ceil_div(a, b):
-    return -(-a // b)
+    return np.ceil(np.divide(a, b))  # exact for the integer-valued operands here; faster than //
 
 
 def parallel_speedup(active, target: TargetDesc):

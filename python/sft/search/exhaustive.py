@@ -170,6 +170,7 @@ def search_program(kernels: list[Kernel], profiles: dict[bool, Profile], target:
         by_cores[cores] = [rank_tiles(k, s, target, cores, d, top_k)
                            for k, s, d in zip(kernels, spaces, defaults)]
         report.scored += sum(len(s) for s in spaces)
+    rests: dict[tuple, float] = {}
     for o in options:
         cores = 1 if o.serial else target.cores
         profile = profiles[o.formation_flags]
@@ -178,7 +179,10 @@ def search_program(kernels: list[Kernel], profiles: dict[bool, Profile], target:
             kernel_time = sum(c.predicted[0] for c in choices)
         else:
             kernel_time = sum(c.default_prediction() for c in choices) / option_speedup(o, target)
-        rest = sum(memory_bound(d, target, cores) for d in other_dispatches(profile, kernels))
+        key = (o.formation_flags, cores)
+        if key not in rests:  # the same for every option set that forms the same dispatches
+            rests[key] = sum(memory_bound(d, target, cores) for d in other_dispatches(profile, kernels))
+        rest = rests[key]
         total = kernel_time + rest + overheads(o, profile.dispatch_count, target)
         report.ranked.append(OptionChoice(o, total, tuple(choices)))
     report.ranked.sort(key=lambda o: o.predicted)
