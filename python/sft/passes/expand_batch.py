@@ -121,7 +121,7 @@ def expand(op, splits: dict[int, tuple[int, ...]]) -> None:
 
 @dataclass(frozen=True)
 class ExpandBatchPass:
-    """Split the batch loops of the listed contractions back into the dims they were merged from."""
+    """Run contractions over the batch dims their operands were merged from: {ops=ID,...}."""
 
     ops: tuple[int, ...] = ()
     name = "sft-expand-batch"

@@ -53,7 +53,7 @@ def _rewrite(site, tree) -> None:
 
 @dataclass(frozen=True)
 class ReassociatePass:
-    """Evaluate each listed chain in its chosen order (0 leaves it as written)."""
+    """Evaluate chains of contractions in other orders: {orders=OP:TREE;...}, e.g. 3:(0,(1,2))."""
 
     orders: tuple[tuple[int, Tree], ...] = ()
     name = "sft-reassociate"

@@ -12,7 +12,7 @@ from ..pipeline import run
 
 
 def _parser() -> argparse.ArgumentParser:
-    passes = "\n".join(f"  {name:<12} {cls.__doc__.strip().splitlines()[0]}"
+    passes = "\n".join(f"  {name:<17} {cls.__doc__.strip().splitlines()[0]}"
                        for name, cls in sorted(PASSES.items()))
     p = argparse.ArgumentParser(
         prog="sft-opt", formatter_class=argparse.RawDescriptionHelpFormatter,
