@@ -160,9 +160,10 @@ def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
     # Batch expansion changes which dispatches IREE forms (and can bring two contractions next
     # to each other, making a chain), so the program is searched both ways, each on IREE's own
     # view of it; it is kept as written unless the expansion predicts a clear gain.
+    written_module = to_sft(sft_text)
     reports, orders = {}, {}
-    for expand in dict.fromkeys([(), expandable(to_sft(sft_text))]):
-        variant = to_sft(sft_text)
+    for expand in dict.fromkeys([(), expandable(written_module)]):
+        variant = to_sft(sft_text) if expand else written_module
         ExpandBatchPass(expand)(variant)
         start = time.perf_counter()
         chains = choose_orders(contraction_chains(variant), desc, desc.cores)

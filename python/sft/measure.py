@@ -11,6 +11,7 @@ tuning database keeps every measurement, so a second run replays them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
@@ -149,12 +150,16 @@ def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inpu
         # rewrites measured alone
         o = report.ranked[0].options
         candidates[f"{o.describe()} as written"] = Plan(flags=o.flags, driver=o.driver)
-    variants, plans = {}, {}
+    variants, plans, texts = {}, {}, {}
     for name, plan in candidates.items():
         if plan in plans.values():
             continue
+        # Option sets differ in flags and driver, not in the program: lower each program once.
+        program = dataclasses.replace(plan, flags=(), driver="")
         try:
-            variants[name] = Variant(compile_module(lower_plan(plan), target, plan.flags), plan.driver)
+            if program not in texts:
+                texts[program] = lower_plan(program)
+            variants[name] = Variant(compile_module(texts[program], target, plan.flags), plan.driver)
             plans[name] = plan
         except SftError:
             report.measured[f"program {name}"] = None

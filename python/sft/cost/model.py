@@ -21,6 +21,9 @@ from .targets import TargetDesc
 # IREE's CPU choice for a matmul when its own config cannot be read: what it picks for the
 # shapes of the suite on AVX-512 (distribution 32x64, vector 8x16, reduction 16).
 IREE_DEFAULT = (32, 64, 8, 16, 16)
+# Share of peak assumed for a contraction whose code sft does not model (a convolution, a step
+# of a chain that is not matmul-like).
+UNTILED_EFFICIENCY = 0.5
 
 
 def _ceil_div(a, b):
@@ -126,7 +129,7 @@ def memory_bound(dispatch: Dispatch, target: TargetDesc, cores: int) -> float:
     bandwidth = target.l2_bandwidth * parallel_speedup(cores, target) if fits else target.dram_bandwidth
     work = dispatch.bytes / bandwidth
     if dispatch.is_contraction:  # one IREE has but the search does not tile (a convolution)
-        work = max(work, dispatch.flops / (0.5 * target.peak_flops_f32 * parallel_speedup(cores, target)))
+        work = max(work, compute_floor(dispatch.flops, target, cores) / UNTILED_EFFICIENCY)
     return work
 
 
@@ -151,4 +154,4 @@ def compute_floor(flops: float, target: TargetDesc, cores: int) -> float:
 
 def untiled_contraction(flops: float, nbytes: float, target: TargetDesc, cores: int) -> float:
     """A contraction the tile space does not cover, at half of peak or its bytes from DRAM."""
-    return max(2.0 * compute_floor(flops, target, cores), nbytes / target.dram_bandwidth)
+    return max(compute_floor(flops, target, cores) / UNTILED_EFFICIENCY, nbytes / target.dram_bandwidth)

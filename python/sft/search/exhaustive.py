@@ -156,7 +156,7 @@ def as_compiled(kernels: list[Kernel], profile: Profile) -> tuple[list[Kernel], 
     return [in_layout(k, d.maps) for k, d in seen], [default_candidate(k, d) for k, d in seen]
 
 
-def search_program(kernels: list[Kernel], profiles: dict[bool, Profile], target: TargetDesc,
+def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profile], target: TargetDesc,
                    options: list[ModuleOptions], top_k: int = 5) -> SearchReport:
     """Rank every option set by the predicted time of its best plan. `profiles` maps the
     options' dispatch-forming flags (`ModuleOptions.formation_flags`) to IREE's view of the

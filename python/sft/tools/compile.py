@@ -7,6 +7,7 @@ import runpy
 import sys
 from pathlib import Path
 
+from .. import ir
 from ..api import _input_specs, _specs_from_mlir, linalg_of, lower, searched_plan, to_sft
 from ..backend import TARGETS, compile_module
 from ..errors import SftError
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             specs = None
         plan = Plan.from_json(Path(args.plan).read_text()) if args.plan else Plan()
         sft_module = to_sft(linalg, name)
-        sft_text = sft_module.operation.get_asm(enable_debug_info=False)
+        sft_text = ir.print_module(sft_module)
         if args.search != "none" and not args.plan:
             specs = specs or _specs_from_mlir(linalg)
             plan, report = searched_plan(sft_text, args.target, args.search, specs, TuningDB())
@@ -60,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
             if args.report:
                 Path(args.report).write_text(report.to_json() if args.report.endswith(".json")
                                              else report.to_text() + "\n")
-            sft_module = to_sft(sft_text, name)
         lowered, planned = lower(sft_module, plan)
         suffix = {"vmfb": "vmfb", "sft": "sft.mlir", "linalg": "linalg.mlir", "plan": "plan.json"}
         output = args.output or str(Path(args.input).with_suffix("." + suffix[args.emit]))
