@@ -151,4 +151,7 @@ def test_a_chain_of_three_matmuls_is_reordered_by_the_search():
     compiled = sft.compile(Product(), args, search="model", keep_ir=True)
     (choice,) = compiled.search.chains
     assert choice.order != chain.written and choice.predicted < choice.written_predicted
-    np.testing.assert_allclose(compiled(*args).numpy(), Product()(*args).numpy(), rtol=1e-4, atol=1e-3)
+    expected = Product()(*args).numpy()
+    # Another order rounds differently: the error scales with the magnitudes summed (~1e3 here).
+    np.testing.assert_allclose(compiled(*args).numpy(), expected, rtol=1e-4,
+                               atol=1e-5 * np.abs(expected).max())
