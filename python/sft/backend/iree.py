@@ -1,27 +1,16 @@
-"""Compile linalg with iree-compile and run the result with iree.runtime.
-
-Compiled artifacts are cached on disk, keyed by the IR, the target, the flags and the compiler
-version; a corrupt cache entry is recompiled, never trusted.
-"""
+"""Compile linalg with iree-compile (through the on-disk cache of `cache.py`)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
-from importlib.metadata import version
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import SftError
-from ..paths import cache_dir
+from . import cache
 from .profile import Profile, parse_profile
-
-IREE_VERSION = version("iree-base-compiler")
 
 
 @dataclass(frozen=True)
@@ -54,14 +43,6 @@ class Artifact:
     flags: tuple[str, ...] = field(default=())
 
 
-def _key(text: str, target: Target, flags: tuple[str, ...]) -> str:
-    h = hashlib.sha256()
-    for part in (IREE_VERSION, target.name, *target.flags, *flags, text):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()[:32]
-
-
 def _iree_compile() -> str:
     from iree.compiler.tools.binaries import find_tool
 
@@ -72,16 +53,11 @@ def compile_module(text: str, target: Target | str = "host", flags: tuple[str, .
                    timeout: float = 600.0, use_cache: bool = True) -> Artifact:
     """Compile linalg-on-tensors text to a .vmfb (through the on-disk cache)."""
     target = TARGETS[target] if isinstance(target, str) else target
-    key = _key(text, target, flags)
-    entry = cache_dir() / key
+    entry_key = cache.key(text, target.name, target.flags, flags)
     if use_cache:
-        try:
-            meta = json.loads((entry.with_suffix(".json")).read_text())
-            vmfb = entry.with_suffix(".vmfb").read_bytes()
-            if hashlib.sha256(vmfb).hexdigest() == meta["sha256"]:
-                return Artifact(vmfb, meta["dispatch_count"], target, flags)
-        except (OSError, ValueError, KeyError):
-            pass  # missing or corrupt: compile again
+        hit = cache.read_module(entry_key)
+        if hit is not None:
+            return Artifact(hit[0], hit[1], target, flags)
     with tempfile.TemporaryDirectory(prefix="sft-") as tmp:
         src, out, stats = Path(tmp, "in.mlir"), Path(tmp, "out.vmfb"), Path(tmp, "stats.json")
         src.write_text(text)
@@ -91,9 +67,7 @@ def compile_module(text: str, target: Target | str = "host", flags: tuple[str, .
         vmfb = out.read_bytes()
         dispatches = json.loads(stats.read_text())["stream-aggregate"]["execution"]["dispatch-count"]
     if use_cache:
-        _write_atomic(entry.with_suffix(".vmfb"), vmfb)
-        _write_atomic(entry.with_suffix(".json"), json.dumps(
-            {"sha256": hashlib.sha256(vmfb).hexdigest(), "dispatch_count": dispatches}).encode())
+        cache.write_module(entry_key, vmfb, dispatches)
     return Artifact(vmfb, dispatches, target, flags)
 
 
@@ -112,58 +86,15 @@ def profile(text: str, target: Target | str = "host", flags: tuple[str, ...] = (
     """IREE's dispatches and default lowering configs for a program, compiled only as far as
     `executable-configurations` (cached like modules)."""
     target = TARGETS[target] if isinstance(target, str) else target
-    entry = cache_dir() / (_key(text, target, (*flags, "executable-configurations")) + ".config.mlir")
-    try:
-        return parse_profile(entry.read_text())
-    except OSError:
-        pass
+    entry_key = cache.key(text, target.name, target.flags, (*flags, "executable-configurations"))
+    cached = cache.read_text(entry_key, ".config.mlir")
+    if cached is not None:
+        return parse_profile(cached)
     with tempfile.TemporaryDirectory(prefix="sft-") as tmp:
         src, out = Path(tmp, "in.mlir"), Path(tmp, "out.mlir")
         src.write_text(text)
         _run_compile([str(src), "-o", str(out), *target.flags, *flags,
                       "--compile-to=executable-configurations"], timeout)
         configured = out.read_text()
-    _write_atomic(entry, configured.encode())
+    cache.write_text(entry_key, ".config.mlir", configured)
     return parse_profile(configured)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
-_CONFIGS: dict[str, object] = {}
-
-
-def _config(driver: str):
-    """One runtime config (device and thread pool) per driver and process, shared by every
-    loaded module, so that modules timed side by side do not compete with each other's workers."""
-    import iree.runtime as rt
-
-    if driver not in _CONFIGS:
-        _CONFIGS[driver] = rt.Config(driver)
-    return _CONFIGS[driver]
-
-
-class Loaded:
-    """A compiled module loaded in the IREE runtime: call it with numpy arrays."""
-
-    def __init__(self, artifact: Artifact, entry: str = "main", driver: str = ""):
-        import iree.runtime as rt
-
-        self.artifact = artifact
-        self._ctx = rt.SystemContext(config=_config(driver or artifact.target.driver))
-        self._ctx.add_vm_module(rt.VmModule.copy_buffer(self._ctx.instance, artifact.vmfb))
-        self._fn = self._ctx.modules.module[entry]
-
-    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        out = self._fn(*arrays)
-        outs = out if isinstance(out, (tuple, list)) else [out]
-        return [np.asarray(o.to_host()) for o in outs]
-
-
-def load(artifact: Artifact, entry: str = "main", driver: str = "") -> Loaded:
-    """Load a module on `driver` (the target's own when empty)."""
-    return Loaded(artifact, entry, driver)

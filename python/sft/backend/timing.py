@@ -16,7 +16,7 @@ import traceback
 def loaded_call(artifact, driver: str, arrays: list):
     """A builder for `time_in_processes`: the compiled module loaded on `driver`, called on
     `arrays`."""
-    from .iree import load
+    from .runtime import load
 
     fn = load(artifact, driver=driver)
     return lambda: fn(*arrays)
