@@ -115,20 +115,43 @@ def test_unknown_search_mode_is_an_error():
         sft.compile(case.build(), case.inputs(), search="fast")
 
 
-def test_profile_reads_iree_dispatches_and_default_configs():
+@pytest.mark.parametrize("cpu", ["host", "haswell", "znver3", "skylake-avx512"])
+def test_profile_reads_iree_dispatches_and_default_configs(cpu):
+    """On every host form of IREE's CPU config (AVX2 adds a cache_parallel level first)."""
     from sft.backend import profile
     from sft.cost.model import default_candidate
 
     case = SUITE["mlp"]
     text = sft.api.linalg_of(case.build(), case.inputs())[0]
-    seen = profile(text)
+    seen = profile(text, flags=(f"--iree-llvmcpu-target-cpu={cpu}",))
     assert seen.dispatch_count == 2
     first = seen.contraction((32, 1024, 256))
     assert first is not None and first.flops == 2 * 32 * 1024 * 256
+    assert first.config is not None, "IREE's default config was not read"
     kernel = Kernel(0, (32, 1024, 256), ("m", "n", "k"), 4, ())
     dm, dn, vm, vn, vk = default_candidate(kernel, first)
     dist, par, red = first.config
     assert (dm, dn, vm, vn, vk) == (dist[0], dist[1], par[0], par[1], red[2])
+    assert all(x > 0 for x in (dm, dn, vm, vn, vk))
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("cache_parallel = [32, 64, 0], distribution = [32, 64, 0], vector_common_parallel = [8, 8, 0], "
+     "vector_reduction = [0, 0, 8]", ((32, 64, 0), (8, 8, 0), (0, 0, 8))),
+    ("distribution = [32, 64, 0], vector_common_parallel = [8, 16, 0], vector_reduction = [0, 0, 16]",
+     ((32, 64, 0), (8, 16, 0), (0, 0, 16))),
+    ("tile_sizes = [[64, 64, 0], [8, 32, 0], [0, 0, 4]]", ((64, 64, 0), (8, 32, 0), (0, 0, 4))),
+    ("cache_parallel = [32, 64], vector_common_parallel = [8, 8]", None),  # an elementwise op's
+    ("{mma_kind = #iree_gpu.mma_layout<MFMA_F32_16x16x16_F16>, promote_operands = [0, 1], "
+     "reduction = [0, 0, 8], subgroup = [2, 4, 0], workgroup = [64, 128, 0]}", None),
+])
+def test_lowering_configs_are_read_structurally(body, expected):
+    from sft.backend.profile import _cpu_config, parse_lowering_config
+
+    fields = parse_lowering_config(body)
+    assert _cpu_config(fields) == expected
+    if "workgroup" in body:
+        assert fields["workgroup"] == (64, 128, 0) and fields["mma_kind"].startswith("#iree_gpu")
 
 
 def test_quality_metrics_on_a_hand_made_ranking():

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 _FUNC = re.compile(r"func\.func @\w+_dispatch_(\d+)_(\w+?)\(")
 _DIMS = re.compile(r"_(\d+(?:x\d+)+)(?:_|x[a-z]|$)")
 _BUFFER = re.compile(r"hal\.interface\.binding\.subspan.*?: memref<((?:\d+x)+)([a-z]+)(\d+)")
-_CONFIG = re.compile(r"lowering_config<distribution = \[([\d, ]*)\], vector_common_parallel = "
-                     r"\[([\d, ]*)\], vector_reduction = \[([\d, ]*)\]>")
+_CONFIG_START = re.compile(r"lowering_config<")
 _MAP = re.compile(r"affine_map<(\([^)]*\) -> \([^)]*\))>")
 CONTRACTION_WORDS = ("matmul", "mmt4d", "conv", "contract")
 # Named ops print no indexing maps: theirs are implied.
@@ -27,8 +26,67 @@ _IMPLIED_MAPS = {
 }
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x.strip())
+def _bracketed(text: str, start: int, open_: str = "<", close: str = ">") -> int:
+    """Index just past the bracket that closes the one opened at `text[start]`."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += text[i] in open_
+        depth -= text[i] in close
+        if depth == 0:
+            return i + 1
+    return len(text)
+
+
+def _split_top(text: str) -> list[str]:
+    """Split at commas outside any brackets."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch in "<[({"
+        depth -= ch in ">])}"
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return [p.strip() for p in parts + [current] if p.strip()]
+
+
+def parse_lowering_config(body: str) -> dict[str, object]:
+    """The fields of a lowering config's body as IREE prints it, read structurally:
+    `cache_parallel = [32, 64, 0], distribution = [...], ...` (CPU, each form IREE prints for a
+    host), `tile_sizes = [[...], [...]]` (the older codegen form), `{workgroup = [...], ...}`
+    (GPU). Integer lists become tuples of ints (nested lists, tuples of tuples); anything else
+    stays text."""
+    body = body.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1]
+    fields = {}
+    for item in _split_top(body):
+        name, _, value = item.partition("=")
+        fields[name.strip()] = _value(value.strip())
+    return fields
+
+
+def _value(text: str):
+    if text.startswith("[") and text.endswith("]"):
+        items = _split_top(text[1:-1])
+        try:
+            return tuple(_value(i) if i.startswith("[") else int(i) for i in items)
+        except ValueError:
+            return text
+    return text
+
+
+def _cpu_config(fields: dict) -> tuple[tuple[int, ...], ...] | None:
+    """(distribution, vector parallel, vector reduction) of a CPU root op's config; None when
+    the config has no reduction level (not a contraction's) or is in no CPU form."""
+    if "tile_sizes" in fields:  # [[distribution], [parallel], [reduction], ...]
+        levels = fields["tile_sizes"]
+        fields = dict(zip(("distribution", "vector_common_parallel", "vector_reduction"), levels))
+    levels = [fields.get(k) for k in ("distribution", "vector_common_parallel", "vector_reduction")]
+    if any(not isinstance(v, tuple) or not all(isinstance(x, int) for x in v) for v in levels):
+        return None
+    return tuple(levels) if any(levels[2]) else None
 
 
 @dataclass(frozen=True)
@@ -81,9 +139,13 @@ def parse_profile(text: str) -> Profile:
         if buffer:
             shape = [int(x) for x in buffer.group(1).rstrip("x").split("x")]
             current["bytes"] += math.prod(shape) * max(1, int(buffer.group(3)) // 8)
-        config = _CONFIG.search(line)
-        if config and current["config"] is None and any(_ints(config.group(3))):
-            current["config"] = tuple(_ints(config.group(i)) for i in (1, 2, 3))
+        start = _CONFIG_START.search(line)
+        config = None
+        if start and current["config"] is None:
+            end = _bracketed(line, start.end() - 1)
+            config = _cpu_config(parse_lowering_config(line[start.end():end - 1]))
+        if config is not None:
+            current["config"] = config
             op = re.search(r"= (linalg\.\w+)", line)
             current["maps"] = tuple(_MAP.findall(line)) or _IMPLIED_MAPS.get(op.group(1) if op else "", ())
     close()
