@@ -12,7 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import ir
-from .backend import compile_module, load
+from .backend import TARGETS, compile_module, load
 from .backend import profile
 from .backend.iree import Artifact
 from .errors import SftError
@@ -30,6 +30,7 @@ from .space.chains import contraction_chains
 from .space.kernels import contraction_kernels
 from .space.options import option_space
 from .tuning_db import TuningDB
+from .values import NP_TYPES, Signature, assemble, check_inputs, is_torch, spec_of
 
 
 @dataclass
@@ -69,74 +70,93 @@ def count_opaque(sft_text: str) -> int:
 @dataclass
 class CompiledModel:
     """A compiled program. Call it with torch tensors or numpy arrays, in the order of the
-    example inputs; it returns the same kind (one value, or a tuple when there are several)."""
+    example inputs; it returns what the model returns (a tensor, a tuple, a dict, ...) with the
+    model's dtypes and shapes, as torch tensors when called with torch tensors, else numpy
+    arrays. Inputs the model updates in place are updated."""
 
     artifact: Artifact
     plan: Plan
-    input_specs: list[tuple[tuple[int, ...], np.dtype]]
+    signature: Signature
     stages: Stages = field(default_factory=Stages)
     opaque_ops: int = 0
     search: SearchReport | None = None
+    entry: str = "main"
 
     def __post_init__(self):
-        self._loaded = load(self.artifact, driver=self.plan.driver)
+        self._loaded = load(self.artifact, entry=self.entry, driver=self.plan.driver)
 
     @property
     def dispatch_count(self) -> int:
         return self.artifact.dispatch_count
 
-    def __call__(self, *args):
-        if len(args) != len(self.input_specs):
-            raise SftError(f"expected {len(self.input_specs)} inputs, got {len(args)}")
-        torch_out = False
-        arrays = []
-        for i, (arg, (shape, dtype)) in enumerate(zip(args, self.input_specs)):
-            if hasattr(arg, "detach"):  # a torch tensor
-                torch_out = True
-                arg = arg.detach().cpu().numpy()
-            arr = np.asarray(arg)
-            if tuple(arr.shape) != shape or arr.dtype != dtype:
-                raise SftError(f"input {i}: expected {dtype}{list(shape)}, got {arr.dtype}{list(arr.shape)}")
-            arrays.append(np.ascontiguousarray(arr))
-        outs = self._loaded(*arrays)
-        if torch_out:
-            import torch
+    @property
+    def input_specs(self) -> list[tuple[tuple[int, ...], np.dtype]]:
+        return list(self.signature.inputs)
 
-            outs = [torch.from_numpy(o.copy()) for o in outs]
-        return outs[0] if len(outs) == 1 else tuple(outs)
+    def __call__(self, *args):
+        arrays = check_inputs(args, self.signature.inputs)
+        outs = self._loaded(*arrays)
+        return assemble(outs, args, self.signature, torch_out=any(is_torch(a) for a in args))
 
 
 def _input_specs(example_inputs) -> list[tuple[tuple[int, ...], np.dtype]]:
+    return [spec_of(x) for x in example_inputs]
+
+
+def entry_function(module, filename: str = "<input>"):
+    """The function a module is called through: `@main`, else its only public function."""
+    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+    public = [f for f in funcs if "sym_visibility" not in f.attributes
+              or ir.tm.StringAttr(f.attributes["sym_visibility"]).value == "public"]
+    names = [ir.tm.StringAttr(f.attributes["sym_name"]).value for f in public]
+    if "main" in names:
+        return public[names.index("main")]
+    if len(public) == 1:
+        return public[0]
+    if not public:
+        raise SftError("the module has no public func.func to call", filename)
+    raise SftError(f"the module has {len(public)} public functions ({', '.join('@' + n for n in names)}) "
+                   "and none is @main: which one to call is ambiguous", filename)
+
+
+def _module_signature(module, filename: str = "<input>") -> tuple[Signature, str]:
+    """The entry function's inputs (static shapes required) and its name."""
+    func = entry_function(module, filename)
+    name = ir.tm.StringAttr(func.attributes["sym_name"]).value
     specs = []
-    for x in example_inputs:
-        arr = x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
-        specs.append((tuple(arr.shape), arr.dtype))
-    return specs
+    for i, arg in enumerate(func.regions[0].blocks[0].arguments):
+        loc = ir.where(func.location) or filename
+        if not isinstance(arg.type, ir.tm.RankedTensorType):
+            raise SftError(f"argument {i} of @{name} is {arg.type}: only ranked tensors are supported", loc)
+        ty = ir.tm.RankedTensorType(arg.type)
+        if not ty.has_static_shape:
+            raise SftError(f"argument {i} of @{name} is {ty}: dynamic shapes are not supported; "
+                           "compile for the shapes it will be called with", loc)
+        if str(ty.element_type) not in NP_TYPES:
+            raise SftError(f"argument {i} of @{name} is {ty}: element type {ty.element_type} "
+                           "is not supported", loc)
+        specs.append((tuple(ty.shape), np.dtype(NP_TYPES[str(ty.element_type)])))
+    return Signature(tuple(specs)), name
 
 
 def _specs_from_mlir(text: str) -> list[tuple[tuple[int, ...], np.dtype]]:
-    module = ir.parse(ir.sft_context(), text, "")
-    for op in module.body.operations:
-        if op.operation.name == "func.func":
-            specs = []
-            for arg in op.regions[0].blocks[0].arguments:
-                ty = ir.tm.RankedTensorType(arg.type)
-                specs.append((tuple(ty.shape), np.dtype(_NP_TYPES.get(str(ty.element_type), "float32"))))
-            return specs
-    raise SftError("the module has no func.func")
+    return list(_module_signature(ir.parse(ir.sft_context(), text, ""))[0].inputs)
 
 
-_NP_TYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "i64": "int64", "i32": "int32",
-             "i1": "bool", "i8": "int8"}
+def _import(model, example_inputs=()) -> tuple[str, str, Signature | None]:
+    """(linalg text, a name for error messages, the torch signature or None) for a torch
+    module, MLIR text or an .mlir path."""
+    if isinstance(model, Path) or (isinstance(model, str) and model.endswith(".mlir") and "\n" not in model):
+        return import_mlir_file(model), str(model), None
+    if isinstance(model, str):
+        return import_mlir_text(model), "<input>", None
+    text, signature = import_torch(model, example_inputs)
+    return text, type(model).__name__, signature
 
 
 def linalg_of(model, example_inputs=()) -> tuple[str, str]:
     """(linalg text, a name for error messages) for a torch module, MLIR text or an .mlir path."""
-    if isinstance(model, Path) or (isinstance(model, str) and model.endswith(".mlir") and "\n" not in model):
-        return import_mlir_file(model), str(model)
-    if isinstance(model, str):
-        return import_mlir_text(model), "<input>"
-    return import_torch(model, example_inputs), type(model).__name__
+    return _import(model, example_inputs)[:2]
 
 
 def iree_view(module, target: str, options) -> tuple[list, dict]:
@@ -226,13 +246,17 @@ def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = 
     """
     if search not in ("none", "model", "verify"):
         raise SftError(f"search must be 'none', 'model' or 'verify', not {search!r}")
-    linalg_text, name = linalg_of(model, example_inputs)
+    if target not in TARGETS:
+        raise SftError(f"unknown target {target!r} (known: {', '.join(sorted(TARGETS))})")
+    linalg_text, name, torch_signature = _import(model, example_inputs)
     sft_module = to_sft(linalg_text, name)
+    signature, entry = _module_signature(sft_module, name)
+    if torch_signature is not None:
+        signature = torch_signature
     sft_text = ir.print_module(sft_module)
     report = None
-    specs = _input_specs(example_inputs) if example_inputs else _specs_from_mlir(linalg_text)
     if plan is None and search != "none":
-        plan, report = searched_plan(sft_text, target, search, specs, TuningDB())
+        plan, report = searched_plan(sft_text, target, search, list(signature.inputs), TuningDB())
     plan = plan or Plan()
     try:
         lowered, planned = lower(sft_module, plan)
@@ -246,4 +270,4 @@ def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = 
         lowered, planned = lower(to_sft(sft_text, name), plan)
         artifact = compile_module(planned, target)
     stages = Stages(linalg_text, sft_text, lowered, planned) if keep_ir else Stages()
-    return CompiledModel(artifact, plan, specs, stages, count_opaque(sft_text), report)
+    return CompiledModel(artifact, plan, signature, stages, count_opaque(sft_text), report, entry)

@@ -35,8 +35,12 @@ def where(location) -> str | None:
 
 
 def sft_context() -> tm.Context:
-    """A torch-mlir context with the sft dialect loaded from its IRDL definition."""
+    """A torch-mlir context with the sft dialect loaded from its IRDL definition.
+
+    Ops of dialects this context does not register (torch-mlir's `tm_tensor`, IREE's own) are
+    allowed: sft carries them through unchanged, inside `sft.opaque`."""
     ctx = tm.Context()
+    ctx.allow_unregistered_dialects = True
     with ctx:
         irdl.load_dialects(tm.Module.parse(DIALECT_FILE.read_text()))
     return ctx
@@ -55,10 +59,16 @@ def _mlir_error(exc: Exception, filename: str) -> SftError:
     return SftError(text[1].strip() if len(text) > 1 else text[0], filename)
 
 
+_UNKNOWN_DIALECT = re.compile(r"Dialect `[\w.]+' not found for custom op")
+
+
 def parse(ctx, text: str, filename: str = "<input>"):
     """Parse MLIR text in `ctx`; malformed input raises SftError with file:line:col.
 
-    When `filename` is the file the text came from, op locations name it."""
+    When `filename` is the file the text came from, op locations name it. In sft's context, an
+    op in the custom syntax of a dialect it does not register (`tm_tensor.scan ...`) is read
+    through IREE's context, which knows it, and carried over in the generic form that any
+    context parses."""
     module_cls = tm.Module if isinstance(ctx, tm.Context) else iree_ir.Module
     with ctx:
         try:
@@ -67,7 +77,16 @@ def parse(ctx, text: str, filename: str = "<input>"):
                 return module_cls.parseFile(str(path))
             return module_cls.parse(text)
         except Exception as exc:  # MLIRError
-            raise _mlir_error(exc, filename) from None
+            error = _mlir_error(exc, filename)
+    if module_cls is tm.Module and _UNKNOWN_DIALECT.search(error.message):
+        known = parse(iree_ir.Context(), text, filename)  # raises if IREE does not know it either
+        generic = known.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
+        with ctx:
+            try:
+                return tm.Module.parse(generic)
+            except Exception as exc:
+                raise _mlir_error(exc, filename) from None
+    raise error
 
 
 def verify(module, filename: str = "<input>") -> None:

@@ -33,7 +33,8 @@ class Loaded:
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
         out = self._fn(*arrays)
         outs = out if isinstance(out, (tuple, list)) else [out]
-        return [np.asarray(o.to_host()) for o in outs]
+        # A scalar result (an i64 the function returns) comes back as a Python number.
+        return [np.asarray(o.to_host()) if hasattr(o, "to_host") else o for o in outs]
 
 
 def load(artifact: Artifact, entry: str = "main", driver: str = "") -> Loaded:

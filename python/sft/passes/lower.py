@@ -134,28 +134,42 @@ def _lower_view(op):
             return linalg.transpose(source, outs=[init], permutation=[dims.index(i) for i in range(len(dst))])
         if dims == sorted(dims):
             return linalg.broadcast(source, outs=[init], dimensions=[i for i in range(len(dst)) if i not in dims])
-        identity = tm.AffineMap.get_identity(len(dst))
-        generic = linalg.GenericOp([result_type], [source], [init], maps_attr([view_map, identity]),
-                                   _iterators(len(dst), identity))
-        block = generic.regions[0].blocks.append(element_type(source), element_type(init))
-        with tm.InsertionPoint(block):
-            linalg.YieldOp([block.arguments[0]])
-        return generic
+    return _slice(source, view_map, dst, result_type) or _gather(source, view_map, result_type)
+
+
+def _slice(source, view_map, dst, result_type):
+    """A tensor.extract_slice when `view_map` is one (each result a strided dim, in order, or a
+    constant for a dim the slice drops), else None."""
     offsets, sizes, strides, r = [], [], [], 0
     for expr in view_map.results:
         form = ix.linear_form(expr)
         if form is None or len(form[0]) > 1:
-            raise SftError(f"view map {view_map} is not a transpose, broadcast, reshape, slice or pad",
-                           where(op.location))
+            return None
         if form[0]:
             (dim, stride), = form[0].items()
             if dim != r:
-                raise SftError(f"view map {view_map} reorders dims while slicing", where(op.location))
+                return None
             offsets.append(form[1]), sizes.append(dst[r]), strides.append(stride)
             r += 1
         else:
             offsets.append(form[1]), sizes.append(1), strides.append(1)
+    if r != len(dst):  # a result dim no source dim gives: a broadcast too, not a slice
+        return None
     return tensor.ExtractSliceOp(result_type, source, [], [], [], offsets, sizes, strides)
+
+
+def _gather(source, view_map, result_type):
+    """Any other view as a linalg.generic that reads the source through `view_map` (a transpose
+    that also broadcasts, a broadcast through a constant index like (d0, d1) -> (d0, 0))."""
+    init = _empty(result_type)
+    rank = len(static_shape(init))
+    identity = tm.AffineMap.get_identity(rank)
+    generic = linalg.GenericOp([result_type], [source], [init], maps_attr([view_map, identity]),
+                               _iterators(rank, identity))
+    block = generic.regions[0].blocks.append(element_type(source), element_type(init))
+    with tm.InsertionPoint(block):
+        linalg.YieldOp([block.arguments[0]])
+    return generic
 
 
 def lower_op(op):

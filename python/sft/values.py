@@ -1,0 +1,112 @@
+"""Values crossing the boundary of a compiled program: torch tensors, numpy arrays and Python
+scalars in, the same kinds out, with the dtypes, shapes and structure the model itself gives.
+
+numpy has no bfloat16; `ml_dtypes` (which IREE's runtime reads) supplies it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from .errors import SftError
+
+# MLIR element type -> numpy dtype (signless integers as the signed ones torch uses)
+NP_TYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16,
+            "i64": np.int64, "i32": np.int32, "i16": np.int16, "i8": np.int8, "i1": np.bool_}
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one flat result of the compiled function is for the caller: a model output, a
+    constant the model returns (a Python scalar, taken from the export), an input the model
+    updates in place (`value` is its position), or a result the caller never sees."""
+
+    kind: str            # "output" | "constant" | "mutation" | "dropped"
+    value: object = None
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The compiled function's inputs (shape, dtype) and how its flat results map back to what
+    the model returns (`out_spec`: a torch pytree spec of the model's outputs; None: the
+    outputs as a flat tuple, or one value)."""
+
+    inputs: tuple[tuple[tuple[int, ...], np.dtype], ...]
+    results: tuple[Result, ...] = ()
+    out_spec: object = None
+
+
+def is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
+def to_numpy(x) -> np.ndarray:
+    """A torch tensor (any device, bf16 included), numpy array or Python scalar as numpy."""
+    if is_torch(x):
+        import torch
+
+        x = x.detach().cpu()
+        if x.dtype == torch.bfloat16:
+            return x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return x.numpy()
+    return np.asarray(x)
+
+
+def to_torch(a: np.ndarray):
+    import torch
+
+    a = np.asarray(a)
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
+def spec_of(x) -> tuple[tuple[int, ...], np.dtype]:
+    a = to_numpy(x)
+    return tuple(a.shape), a.dtype
+
+
+def check_inputs(args, specs) -> list[np.ndarray]:
+    """The call's arguments as C-contiguous numpy arrays of the compiled shapes and dtypes."""
+    if len(args) != len(specs):
+        raise SftError(f"expected {len(specs)} inputs, got {len(args)}")
+    arrays = []
+    for i, (arg, (shape, dtype)) in enumerate(zip(args, specs)):
+        arr = to_numpy(arg)
+        if tuple(arr.shape) != shape or arr.dtype != dtype:
+            raise SftError(f"input {i}: expected {np.dtype(dtype)}{list(shape)}, "
+                           f"got {arr.dtype}{list(arr.shape)}")
+        # np.ascontiguousarray would turn a 0-d array into shape [1]
+        arrays.append(arr if arr.flags.c_contiguous else arr.copy(order="C"))
+    return arrays
+
+
+def assemble(outs: list, args, signature: Signature, torch_out: bool):
+    """The model's return value from the compiled function's flat results; inputs the model
+    updates in place are updated in the caller's objects."""
+    values = []
+    results = signature.results or tuple(Result("output") for _ in outs)
+    if len(results) != len(outs):
+        raise SftError(f"the compiled function returned {len(outs)} results, expected {len(results)}")
+    for result, out in zip(results, outs):
+        if result.kind == "output":
+            values.append(to_torch(out) if torch_out and isinstance(out, np.ndarray) else out)
+        elif result.kind == "constant":
+            values.append(result.value)
+        elif result.kind == "mutation":
+            _update_in_place(args[result.value], out)
+    if signature.out_spec is not None:
+        from torch.utils import _pytree
+
+        return _pytree.tree_unflatten(values, signature.out_spec)
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _update_in_place(arg, new: np.ndarray) -> None:
+    if is_torch(arg):
+        arg.copy_(to_torch(new))
+    elif isinstance(arg, np.ndarray) and arg.flags.writeable:
+        np.copyto(arg, new)
