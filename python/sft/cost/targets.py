@@ -1,6 +1,7 @@
 """Hardware descriptions as data: what the cost model needs to know about a target.
 
-Host numbers are defaults for this 2-core AVX-512 x86 machine; the GPU entries come from vendor
+The host's vector ISA is read from the machine (`host.py`), its other numbers are defaults
+that `sft-calibrate` replaces with measurements; the GPU entries come from vendor
 spec sheets (NVIDIA A100 and H100 datasheets, AMD Instinct MI300X datasheet, AMD Radeon RX 7900
 XTX specifications), dense peak without sparsity.
 """
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..paths import cache_dir
+from .host import host_isa
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,11 @@ class TargetDesc:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-HOST = TargetDesc(
-    name="host-x86-avx512", backend="host", cores=2, simd_f32=16, vector_registers=32,
-    peak_flops_f32=120e9, l1_bytes=32 * 1024, l2_bytes=1024 * 1024,
+_ISA = host_isa()
+HOST = TargetDesc(  # vector width and registers read from the machine; the rest calibrated
+    name=f"host-{_ISA.name}", backend="host", cores=os.cpu_count() or 1, simd_f32=_ISA.lanes_f32,
+    vector_registers=_ISA.vector_registers,
+    peak_flops_f32=7.5e9 * _ISA.lanes_f32, l1_bytes=32 * 1024, l2_bytes=1024 * 1024,
     l1_bandwidth=200e9, l2_bandwidth=100e9, dram_bandwidth=20e9,
     dispatch_overhead=4e-6, workgroup_overhead=0.6e-6, invoke_overhead=45e-6,
     serial_invoke_overhead=2e-6, serial_dispatch_overhead=1e-6, parallel_efficiency=0.5, overlap=0.5,

@@ -12,12 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cost.host import HostISA, host_isa
 from ..plan import TileConfig
 from .kernels import Kernel
 
 FIELDS = ("dm", "dn", "vm", "vn", "vk")
-MAX_VECTOR_BYTES = 32768
-LANES = 16  # f32 lanes of the host's vectors (AVX-512)
 
 
 def _sizes(extent: int, choices, whole: bool = True) -> np.ndarray:
@@ -50,27 +49,31 @@ class TileSpace:
         return TileConfig(tuple(dist), tuple(par), tuple(red))
 
 
-def legal(kernel: Kernel, c: np.ndarray) -> np.ndarray:
+def legal(kernel: Kernel, c: np.ndarray, isa: HostISA | None = None) -> np.ndarray:
     """Which candidates IREE can compile: vector tiles divide distribution tiles, the register
-    block fits in the vector registers, and no vector op exceeds IREE's 32 KiB limit
-    ("One or more operations with large vector sizes")."""
+    block fits in the vector registers, and no vector op reaches IREE's limit for the host's
+    ISA (32 KiB on AVX-512, 16 KiB on AVX2: "One or more operations with large vector sizes")."""
+    isa = isa or host_isa()
     dm, dn, vm, vn, vk = c.T
-    return ((dm % vm == 0) & (dn % vn == 0) & (vm * vn <= 16 * 32) & (vk <= kernel.k)
-            & (dm <= kernel.m) & (dn <= kernel.n)
-            & (vm * vn * vk * kernel.element_bytes < MAX_VECTOR_BYTES))
+    return ((dm % vm == 0) & (dn % vn == 0) & (vm * vn <= isa.lanes_f32 * isa.vector_registers)
+            & (vk <= kernel.k) & (dm <= kernel.m) & (dn <= kernel.n)
+            & (vm * vn * vk * kernel.element_bytes < isa.max_vector_op_bytes))
 
 
 def tile_space(kernel: Kernel, dist_choices=(8, 16, 32, 64, 128, 256),
-               vec_m=(1, 2, 4, 8, 16), vec_n=(8, 16, 32, 64), vec_k=(1, 2, 4, 8, 16)) -> TileSpace:
+               vec_m=(1, 2, 4, 8, 16), vec_n=(8, 16, 32, 64), vec_k=(1, 2, 4, 8, 16),
+               isa: HostISA | None = None) -> TileSpace:
+    isa = isa or host_isa()
+    lanes = isa.lanes_f32
     dms, dns = _sizes(kernel.m, dist_choices), _sizes(kernel.n, dist_choices)
     # Register and unroll tiles stay small: a whole extent there only bloats code.
     vms, vns = _sizes(kernel.m, vec_m, False), _sizes(kernel.n, vec_n, False)
     vks = _sizes(kernel.k, vec_k, False)
-    if kernel.b_transposed and kernel.k >= LANES:
+    if kernel.b_transposed and kernel.k >= lanes:
         # B contiguous along k: IREE's CPU codegen is only fast when a reduction step covers a
         # whole vector (measured: vk < 16 ran 1.3x to 4x slower on every such kernel of the suite).
-        vks = vks[vks % LANES == 0]
+        vks = vks[vks % lanes == 0]
     grid = np.stack(np.meshgrid(dms, dns, vms, vns, vks, indexing="ij"), -1).reshape(-1, 5)
-    grid = grid[legal(kernel, grid)]
+    grid = grid[legal(kernel, grid, isa)]
     default = np.zeros((1, 5), dtype=np.int64)
     return TileSpace(kernel, np.concatenate([default, grid]))

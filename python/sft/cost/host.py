@@ -1,0 +1,75 @@
+"""What this machine's CPU is, read from it (never assumed): the vector ISA IREE generates code
+for, hence the vector width, the number of vector registers and IREE's vector-size limit.
+
+`SFT_HOST_CPU` (an LLVM CPU name, as `--iree-llvmcpu-target-cpu` takes) makes IREE generate
+code for another CPU model; the description then follows that model.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# LLVM CPU names whose widest vectors are 512 bits (the rest of x86-64 named here: 256).
+_AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client",
+                "icelake-server", "tigerlake", "sapphirerapids", "emeraldrapids", "graniterapids",
+                "znver4", "znver5", "x86-64-v4"}
+_AVX2_CPUS = {"haswell", "broadwell", "skylake", "alderlake", "raptorlake", "znver1", "znver2",
+              "znver3", "x86-64-v3"}
+# IREE's CPU codegen refuses vector ops larger than this many native vectors
+# (`--iree-llvmcpu-max-allowed-number-of-native-vectors`, default 512): 32 KiB on AVX-512,
+# 16 KiB on AVX2.
+MAX_NATIVE_VECTORS = 512
+
+
+@dataclass(frozen=True)
+class HostISA:
+    name: str                # "avx512", "avx2", "sse" or "neon"
+    vector_bytes: int        # width of the widest vector registers IREE uses
+    vector_registers: int    # architectural vector registers
+
+    @property
+    def lanes_f32(self) -> int:
+        return self.vector_bytes // 4
+
+    @property
+    def max_vector_op_bytes(self) -> int:
+        return MAX_NATIVE_VECTORS * self.vector_bytes
+
+
+AVX512 = HostISA("avx512", 64, 32)
+AVX2 = HostISA("avx2", 32, 16)
+SSE = HostISA("sse", 16, 16)
+NEON = HostISA("neon", 16, 32)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@functools.cache
+def host_isa() -> HostISA:
+    """The vector ISA of the code IREE generates for `host`."""
+    cpu = os.environ.get("SFT_HOST_CPU", "host")
+    if cpu in _AVX512_CPUS:
+        return AVX512
+    if cpu in _AVX2_CPUS:
+        return AVX2
+    flags = _cpu_flags()
+    if cpu == "host":
+        if "avx512f" in flags:
+            return AVX512
+        if "avx2" in flags:
+            return AVX2
+        if "asimd" in flags or os.uname().machine in ("aarch64", "arm64"):
+            return NEON
+    return SSE  # an unknown model: the narrowest vectors, whose limits every x86 CPU meets
