@@ -163,3 +163,29 @@ def test_wrong_call_arguments_are_errors():
         compiled(torch.randn(2), torch.randn(2))
     with pytest.raises(sft.SftError, match=r"input 0: expected float32\[2\], got float64\[2\]"):
         compiled(torch.randn(2, dtype=torch.float64))
+
+
+FIVE_RESULTS = """
+#id = affine_map<(d0) -> (d0)>
+func.func @main(%a: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xi32>) {
+  %e = tensor.empty() : tensor<4xf32>
+  %ei = tensor.empty() : tensor<4xi32>
+  %r:5 = linalg.generic {indexing_maps = [#id, #id, #id, #id, #id, #id], iterator_types = ["parallel"]}
+      ins(%a : tensor<4xf32>) outs(%e, %e, %e, %e, %ei : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xi32>) {
+  ^bb0(%x: f32, %o0: f32, %o1: f32, %o2: f32, %o3: f32, %o4: i32):
+    %y = arith.addf %x, %x : f32
+    %z = arith.mulf %x, %x : f32
+    %i = arith.fptosi %x : f32 to i32
+    linalg.yield %x, %y, %z, %y, %i : f32, f32, f32, f32, i32
+  } -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xi32>)
+  return %r#0, %r#1, %r#2, %r#3, %r#4 : tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xi32>
+}
+"""
+
+
+def test_an_op_with_more_results_than_opaque_slots_is_carried():
+    x = np.arange(4, dtype=np.float32)
+    outs = sft.compile(FIVE_RESULTS, search="model")(x)
+    for got, want in zip(outs, (x, 2 * x, x * x, 2 * x, x.astype(np.int32))):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)

@@ -42,7 +42,10 @@ def _sft_index(dim):
 
 
 def wrap_opaque(op) -> None:
-    """Carry `op` through unchanged inside an sft.opaque."""
+    """Carry `op` through unchanged inside an sft.opaque; an op with more results than the
+    opaque's slots stays as it is (no sft pass reads it, and lowering leaves it there)."""
+    if len(op.results) > dialect.RESULT_SLOTS:
+        return
     opaque = _create("sft.opaque", op, [], {}, [r.type for r in op.results], regions=1)
     for old, new in zip(op.results, opaque.results):
         old.replace_all_uses_with(new)
