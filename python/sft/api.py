@@ -221,12 +221,15 @@ def searched_plan(sft_text: str, target: str, search: str, specs, db: TuningDB) 
     tkey = target_key(desc)
     hit = db.lookup_plan(workload, tkey, search)
     if hit is not None:
-        stored = json.loads(hit[1])
-        report = SearchReport(scored=stored.get("scored", 0),
-                              space_size_log10=stored.get("space_size_log10", 0.0),
-                              measured=stored.get("measured_s", {}),
-                              chosen=stored.get("chosen", ""), replayed=True)
-        return Plan.from_json(hit[0]), report
+        try:
+            stored = json.loads(hit[1])
+            report = SearchReport(scored=stored.get("scored", 0),
+                                  space_size_log10=stored.get("space_size_log10", 0.0),
+                                  measured=stored.get("measured_s", {}),
+                                  chosen=stored.get("chosen", ""), replayed=True)
+            return Plan.from_json(hit[0]), report
+        except (SftError, ValueError, AttributeError):
+            pass  # a stored record that no longer reads: search again, and overwrite it
     plan, report = search_plan(sft_text, target, desc)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:

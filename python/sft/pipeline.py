@@ -7,9 +7,34 @@ syntax; an sft pass that takes options builds itself from that text with `from_o
 
 from __future__ import annotations
 
+import re
+
+from . import ir
 from .errors import SftError
 from .ir import run_pipeline
 from .passes import PASSES
+
+_UNREGISTERED = re.compile(r"'([^']+)' does not refer to a registered pass or pass pipeline")
+
+
+def _known() -> str:
+    return (f"sft passes: {', '.join(sorted(PASSES))}; any other name must be an upstream MLIR "
+            "pass or pipeline, e.g. canonicalize, cse, func.func(linalg-generalize-named-ops)")
+
+
+def check_upstream(module, step: str) -> None:
+    """Parse one upstream pipeline step before running anything: a name MLIR does not know, or
+    options it rejects, is an SftError saying which (MLIR's own message is often empty)."""
+    with module.context:
+        try:
+            ir.tm_passmanager.PassManager.parse(f"builtin.module({step})")
+        except ValueError as err:
+            unregistered = _UNREGISTERED.search(str(err))
+            if unregistered:
+                raise SftError(f"unknown pass '{unregistered.group(1)}' ({_known()})") from None
+            detail = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+            detail = detail.removeprefix("<Pass-Options-Parser>: ")
+            raise SftError(f"bad pass '{step}': {detail or 'MLIR cannot parse it'}") from None
 
 
 def split_pipeline(text: str) -> list[str]:
@@ -29,6 +54,7 @@ def split_pipeline(text: str) -> list[str]:
 
 
 def run(module, pipeline: str | list[str], filename: str = "<input>") -> None:
+    """Run a pipeline of sft and upstream passes on `module`; bad pass names are found first."""
     steps = split_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
     upstream: list[str] = []
 
@@ -51,5 +77,6 @@ def run(module, pipeline: str | list[str], filename: str = "<input>") -> None:
         elif name.startswith("sft-"):
             raise SftError(f"unknown sft pass '{name}' (known: {', '.join(sorted(PASSES))})")
         else:
+            check_upstream(module, step)
             upstream.append(step)
     flush()

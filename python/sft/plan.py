@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Union
+
+from .errors import SftError
 
 Tree = Union[int, tuple["Tree", "Tree"]]  # an order: a leaf (operand number) or two subtrees
 
@@ -70,18 +72,82 @@ class Plan:
         return json.dumps(asdict(self), sort_keys=True)
 
     @staticmethod
-    def from_json(text: str) -> "Plan":
-        data = json.loads(text)
-        return Plan(
-            expand=tuple(int(i) for i in data.get("expand", ())),
-            orders=tuple((int(i), as_tree(o)) for i, o in data.get("orders", ())),
-            groups=tuple(tuple(g) for g in data.get("groups", ())),
-            tiles=tuple((int(i), TileConfig(**{k: tuple(v) if isinstance(v, list) else v
-                                                for k, v in cfg.items()}))
-                        for i, cfg in data.get("tiles", ())),
-            flags=tuple(data.get("flags", ())),
-            driver=data.get("driver", ""),
-        )
+    def from_json(text: str, source: str | None = None) -> "Plan":
+        """The plan `to_json` wrote. Anything else (bad JSON, a key Plan does not have, a value of
+        the wrong type) is an SftError naming the key; `source` (a file name) says where."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SftError(f"plan is not valid JSON: {err.msg}",
+                           f"{source or '<plan>'}:{err.lineno}:{err.colno}") from None
+        try:
+            return _plan_of(data)
+        except (ValueError, TypeError) as err:
+            raise SftError(f"invalid plan: {err}", source) from None
 
     def digest(self) -> str:
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+
+def _ints(value, what: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(type(x) is int for x in value):
+        raise TypeError(f"{what} must be a list of integers, not {json.dumps(value)}")
+    return tuple(value)
+
+
+def _pairs(value, what: str) -> list[tuple[int, object]]:
+    """[[op id, value], ...] as (op id, value) pairs."""
+    if not isinstance(value, list) or not all(
+            isinstance(p, list) and len(p) == 2 and type(p[0]) is int for p in value):
+        raise TypeError(f"{what} must be a list of [op id, value] pairs, not {json.dumps(value)}")
+    return [(p[0], p[1]) for p in value]
+
+
+def _tile(value, what: str) -> TileConfig:
+    known = {f.name for f in fields(TileConfig)}
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} must be an object with keys {sorted(known)}, not {json.dumps(value)}")
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ValueError(f"unknown key '{what}.{unknown[0]}' (known: {', '.join(sorted(known))})")
+    missing = sorted(k for k in known - set(value) if k != "pipeline")
+    if missing:
+        raise ValueError(f"'{what}' has no '{missing[0]}'")
+    pipeline = value.get("pipeline", TileConfig.pipeline)
+    if not isinstance(pipeline, str):
+        raise TypeError(f"{what}.pipeline must be a string, not {json.dumps(pipeline)}")
+    return TileConfig(*(_ints(value[k], f"{what}.{k}") for k in
+                        ("distribution", "vector_common_parallel", "vector_reduction")), pipeline)
+
+
+def _plan_of(data) -> Plan:
+    """A Plan from parsed JSON, every key and type checked (ValueError or TypeError naming it)."""
+    known = {f.name for f in fields(Plan)}
+    if not isinstance(data, dict):
+        raise TypeError(f"a plan is a JSON object with keys {sorted(known)}, not {json.dumps(data)[:60]}")
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown key '{unknown[0]}' (known: {', '.join(sorted(known))})")
+    groups = data.get("groups", [])
+    if not isinstance(groups, list):
+        raise TypeError(f"groups must be a list of lists of op ids, not {json.dumps(groups)}")
+    flags, driver = data.get("flags", []), data.get("driver", "")
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        raise TypeError(f"flags must be a list of strings, not {json.dumps(flags)}")
+    if not isinstance(driver, str):
+        raise TypeError(f"driver must be a string, not {json.dumps(driver)}")
+    orders = []
+    for i, (op, tree) in enumerate(_pairs(data.get("orders", []), "orders")):
+        try:
+            orders.append((op, as_tree(tree)))
+        except ValueError:
+            raise ValueError(f"orders[{i}]: not an order tree: {json.dumps(tree)}") from None
+    return Plan(
+        expand=_ints(data.get("expand", []), "expand"),
+        orders=tuple(orders),
+        groups=tuple(_ints(g, f"groups[{i}]") for i, g in enumerate(groups)),
+        tiles=tuple((op, _tile(cfg, f"tiles[{i}]"))
+                    for i, (op, cfg) in enumerate(_pairs(data.get("tiles", []), "tiles"))),
+        flags=tuple(flags),
+        driver=driver,
+    )

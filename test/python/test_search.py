@@ -14,7 +14,8 @@ from sft.backend.profile import Dispatch, Profile
 from sft.search import search_program
 from sft.space.kernels import Kernel
 from sft.space.options import ModuleOptions, option_space
-from sft.space.tiles import MAX_VECTOR_BYTES, legal, tile_space
+from sft.cost.host import host_isa
+from sft.space.tiles import legal, tile_space
 
 MATMUL = Kernel(op_id=0, domain=(64, 64, 64), roles=("m", "n", "k"), element_bytes=4, maps=())
 SIMPLE = TargetDesc(name="simple", backend="host", cores=1, simd_f32=16, vector_registers=32,
@@ -51,7 +52,7 @@ def test_space_is_legal_and_keeps_iree_default():
     assert (space.candidates[0] == 0).all() and space.config(0) is None
     dm, dn, vm, vn, vk = space.candidates[1:].T
     assert ((dm % vm == 0) & (dn % vn == 0)).all()
-    assert (vm * vn * vk * 4 < MAX_VECTOR_BYTES).all()
+    assert (vm * vn * vk * 4 < host_isa().max_vector_op_bytes).all()
     bad = np.array([[64, 64, 24, 16, 1], [64, 64, 16, 64, 8]])
     assert not legal(MATMUL, bad).any()
     config = space.config(1)
@@ -177,7 +178,8 @@ def test_kernels_take_the_layout_iree_compiles():
     assert not k.b_transposed
     t = in_layout(k, ("(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d1, d2)", "(d0, d1, d2) -> (d0, d1)"))
     assert t.b_transposed and t.key() != k.key()
-    assert (tile_space(t).candidates[1:, 4] == 16).all()  # whole-vector reduction steps only
+    steps = tile_space(t).candidates[1:, 4]
+    assert (steps % host_isa().lanes_f32 == 0).all()  # whole-vector reduction steps only
     assert in_layout(k, ("(d0, d1, d2) -> (d0, d1)",) * 3) == k  # other loops: kept as it is
     cands = np.array([[8, 16, 1, 16, 4], [8, 16, 8, 16, 4]])
     plain, transposed = predict(k, cands, SIMPLE), predict(t, cands, SIMPLE)

@@ -70,3 +70,66 @@ def test_sft_compile_searches_and_writes_a_report_and_plan(tmp_path):
     assert len(data["options"]) == len(option_space("host")) and "space 10^" in proc.stderr
     from sft.plan import Plan
     assert Plan.from_json(plan.read_text()).driver in ("", "local-sync")
+
+
+def _error_line(capsys, code):
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_a_bad_upstream_pass_name_is_named_with_the_known_passes(tmp_path, capsys):
+    path = tmp_path / "t.mlir"
+    path.write_text(LINALG)
+    line = _error_line(capsys, opt.main([str(path), "-p", "sft-raise,canonicalise"]))
+    assert line.startswith("sft-opt: error: unknown pass 'canonicalise' (sft passes: sft-expand-batch, ")
+    assert "sft-raise" in line and "canonicalize" in line
+    line = _error_line(capsys, opt.main([str(path), "-p", "func.func(linalg-nope)"]))
+    assert "unknown pass 'linalg-nope'" in line
+    line = _error_line(capsys, opt.main([str(path), "-p", "canonicalize{bogus=1}"]))
+    assert line == "sft-opt: error: bad pass 'canonicalize{bogus=1}': no such option bogus"
+    line = _error_line(capsys, opt.main([str(path), "-p", "sft-nope"]))
+    assert line.startswith("sft-opt: error: unknown sft pass 'sft-nope' (known: ")
+
+
+def test_a_bad_pass_name_fails_before_any_pass_runs(tmp_path, capsys):
+    path, out = tmp_path / "t.mlir", tmp_path / "out.mlir"
+    path.write_text(LINALG)
+    assert opt.main([str(path), "-p", "sft-raise,nope", "-o", str(out)]) == 1
+    assert not out.exists()
+
+
+def test_run_tool_turns_stray_io_errors_into_one_line(capsys):
+    def unreadable():
+        raise FileNotFoundError(2, "No such file or directory", "x.bin")
+
+    def undecodable():
+        b"\xff".decode()
+
+    def multiline():
+        raise opt.SftError("iree-compile failed:\n  first\n  second")
+
+    assert _error_line(capsys, opt.run_tool("t", unreadable)) == "t: error: x.bin: No such file or directory"
+    assert _error_line(capsys, opt.run_tool("t", undecodable)).startswith("t: error: not UTF-8 text")
+    assert _error_line(capsys, opt.run_tool("t", multiline)) == \
+        "t: error: iree-compile failed:; first; second"
+
+
+def test_binary_stdin_to_sft_opt():
+    proc = subprocess.run([sys.executable, "-m", "sft.tools.opt"], input=b"module {}\n\xff\xfe",
+                          capture_output=True)
+    assert proc.returncode == 1 and b"Traceback" not in proc.stderr
+    assert proc.stderr.decode().strip() == ("sft-opt: <stdin>:2:1: error: not UTF-8 text (byte 0xff); "
+                                            "expected MLIR or Python source")
+
+
+def test_sft_compile_writes_through_an_unusable_cache(tmp_path):
+    blocker = tmp_path / "cache-is-a-file"
+    blocker.write_text("x")
+    src, out = tmp_path / "t.mlir", tmp_path / "t.vmfb"
+    src.write_text(LINALG)
+    proc = subprocess.run([sys.executable, "-m", "sft.tools.compile", str(src), "-o", str(out)],
+                          capture_output=True, text=True,
+                          env={**__import__("os").environ, "SFT_CACHE_DIR": str(blocker)})
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert out.stat().st_size > 0 and proc.stderr.count("cannot create the sft cache folder") == 1

@@ -1,6 +1,7 @@
-"""The tuning database: replay, concurrent writers, a writer killed mid-way, a corrupt file."""
+"""The tuning database: replay, concurrent writers, a writer killed mid-way, a corrupt file
+(at open or found later), a database that cannot be written."""
 
-import multiprocessing
+import os
 import signal
 import sqlite3
 import subprocess
@@ -12,47 +13,131 @@ import pytest
 import torch
 
 import sft
+from sft import paths, tuning_db
 from sft.models import SUITE
 from sft.tuning_db import TuningDB
 
 
-def _writer(path, tag, count):
-    db = TuningDB(path)
-    for i in range(count):
-        db.record_measurement(f"w{tag}", "t", f"c{i}", 1.0, float(i))
-    db.close()
+WRITER = """import sys
+from sft.tuning_db import TuningDB
+db = TuningDB(sys.argv[1])
+for i in range(int(sys.argv[3])):
+    db.record_measurement(sys.argv[2], "t", f"c{i}", 1.0, float(i))
+    print(i, flush=True)  # after the commit: this record is in the database
+"""
 
 
 def test_two_processes_writing_at_once_lose_nothing(tmp_path):
     path = tmp_path / "db.sqlite"
     TuningDB(path).close()
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(path, tag, 200)) for tag in (0, 1)]
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), f"w{tag}", "400"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for tag in (0, 1)]
     for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+        assert p.wait(120) == 0, p.stderr.read()
     db = TuningDB(path)
-    assert len(db.measurements("w0", "t")) == 200 and len(db.measurements("w1", "t")) == 200
+    for tag in (0, 1):
+        assert db.measurements(f"w{tag}", "t") == {f"c{i}": float(i) for i in range(400)}
+    assert not db.in_memory
 
 
-def test_a_writer_killed_mid_write_leaves_a_sound_database(tmp_path):
+def test_a_writer_killed_mid_write_keeps_every_committed_record(tmp_path):
     path = tmp_path / "db.sqlite"
-    code = ("import sys; from sft.tuning_db import TuningDB; db = TuningDB(sys.argv[1]); i = 0\n"
-            "while True:\n    db.record_measurement('w', 't', f'c{i}', 1.0, 2.0); i += 1\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(path)])
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        time.sleep(0.5)
-        if path.exists() and TuningDB(path).measurements("w", "t"):
-            break
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), "w", "1000000"],
+                            stdout=subprocess.PIPE, text=True)
+    committed = -1
+    while committed < 300:  # well into the loop, then killed between or inside writes
+        committed = int(proc.stdout.readline())
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    committed = max([committed, *(int(line) for line in proc.stdout.read().split())])
     db = TuningDB(path)
     rows = db.measurements("w", "t")
-    assert rows and all(v == 2.0 for v in rows.values())
+    assert all(rows[f"c{i}"] == float(i) for i in range(committed + 1))
     assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def _filled(path, count=2000):
+    db = TuningDB(path)
+    for i in range(count):
+        db.record_measurement("w", "t", f"c{i}", 1.0, 2.0)
+    db.record_plan("p", "t", "model", "{}", "{}")
+    db.close()  # checkpointed: everything is in the main file
+
+
+def _damage_past_first_page(path):
+    size = path.stat().st_size
+    assert size > 3 * 4096
+    with open(path, "r+b") as f:
+        f.seek(4096)
+        f.write(b"\xde\xad" * ((size - 4096) // 2))
+
+
+def test_damage_past_the_first_page_is_found_at_open(tmp_path):
+    path = tmp_path / "db.sqlite"
+    _filled(path)
+    _damage_past_first_page(path)
+    with pytest.warns(UserWarning, match="not a valid tuning database"):
+        db = TuningDB(path)
+    assert db.lookup_plan("p", "t", "model") is None and db.measurements("w", "t") == {}
+    db.record_plan("p", "t", "model", "{}", "{}")
+    assert db.lookup_plan("p", "t", "model") == ("{}", "{}") and not db.in_memory
+    assert len(list(tmp_path.glob("db.sqlite.corrupt-*"))) == 1
+
+
+def test_damage_found_by_a_query_moves_the_file_aside_and_starts_fresh(tmp_path, monkeypatch):
+    path = tmp_path / "db.sqlite"
+    _filled(path)
+    _damage_past_first_page(path)
+    monkeypatch.setattr(tuning_db, "_CHECK_BELOW", 0)  # as for a database too big to check at open
+    db = TuningDB(path)
+    with pytest.warns(UserWarning, match="not a valid tuning database"):
+        assert db.measurements("w", "t") == {}  # no stale rows, no DatabaseError
+    db.record_measurement("w", "t", "new", 1.0, 3.0)
+    assert db.measurements("w", "t") == {"new": 3.0}
+    assert TuningDB(path).measurements("w", "t") == {"new": 3.0}  # a sound file again
+    assert len(list(tmp_path.glob("db.sqlite.corrupt-*"))) == 1
+
+
+def _forget_warnings(monkeypatch):
+    monkeypatch.setattr(paths, "_warned", set())
+
+
+def test_an_unwritable_database_degrades_to_memory_before_any_search(tmp_path, monkeypatch):
+    _forget_warnings(monkeypatch)
+    path = tmp_path / "db.sqlite"
+    _filled(path, 10)
+    before = path.read_bytes()
+    real_access = os.access
+    monkeypatch.setattr(tuning_db.os, "access",
+                        lambda p, mode: False if mode & os.W_OK else real_access(p, mode))
+    with pytest.warns(UserWarning, match="cannot be written; using one in memory"):
+        db = TuningDB(path)
+    assert db.in_memory and db.lookup_plan("p", "t", "model") == ("{}", "{}")  # what it had
+    db.record_plan("q", "t", "model", "{}", "{}")
+    assert db.lookup_plan("q", "t", "model") == ("{}", "{}")
+    assert path.read_bytes() == before
+
+
+def test_a_database_in_a_folder_that_is_a_file_degrades_to_memory(tmp_path, monkeypatch):
+    _forget_warnings(monkeypatch)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.warns(UserWarning, match="using one in memory"):
+        db = TuningDB(blocker / "db.sqlite")
+    db.record_measurement("w", "t", "c", 1.0, 2.0)
+    assert db.measurements("w", "t") == {"c": 2.0} and blocker.read_text() == "x"
+
+
+def test_a_database_that_turns_read_only_on_write_degrades_to_memory(tmp_path, monkeypatch):
+    _forget_warnings(monkeypatch)
+    path = tmp_path / "db.sqlite"
+    db = TuningDB(path)
+    db.record_measurement("w", "t", "a", 1.0, 1.0)
+    db._conn.execute("PRAGMA query_only=ON")  # writes now fail with SQLITE_READONLY
+    with pytest.warns(UserWarning, match="readonly"):
+        db.record_measurement("w", "t", "b", 1.0, 2.0)
+    assert db.in_memory and db.measurements("w", "t") == {"a": 1.0, "b": 2.0}
+    assert TuningDB(path).measurements("w", "t") == {"a": 1.0}  # the file is untouched, not moved
 
 
 def test_a_corrupt_database_is_moved_aside_not_lost(tmp_path):

@@ -8,9 +8,10 @@ the dispatch function names carry the root op kind and its loop extents
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 _FUNC = re.compile(r"func\.func @\w+_dispatch_(\d+)_(\w+?)\(")
 _DIMS = re.compile(r"_(\d+(?:x\d+)+)(?:_|x[a-z]|$)")
@@ -115,6 +116,32 @@ class Profile:
 
     def contraction(self, dims: tuple[int, ...]) -> Dispatch | None:
         return next((d for d in self.dispatches if d.is_contraction and d.dims == dims), None)
+
+    def to_json(self) -> str:
+        """The profile as JSON (what the module cache stores instead of the configured IR)."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str | bytes) -> "Profile":
+        """The profile `to_json` wrote; anything else raises ValueError, KeyError or TypeError."""
+        data = json.loads(text)
+
+        def ints(xs) -> tuple[int, ...]:
+            if not isinstance(xs, list) or not all(type(x) is int for x in xs):
+                raise TypeError(f"not a list of integers: {xs!r}")
+            return tuple(xs)
+
+        def dispatch(d: dict) -> Dispatch:
+            if not (type(d["index"]) is int and isinstance(d["name"], str) and type(d["bytes"]) is int
+                    and isinstance(d["maps"], list) and all(isinstance(m, str) for m in d["maps"])):
+                raise TypeError(f"not a dispatch: {d!r}")
+            config = None if d["config"] is None else tuple(ints(level) for level in d["config"])
+            return Dispatch(d["index"], d["name"], ints(d["dims"]), d["bytes"], config, tuple(d["maps"]))
+
+        count = data["dispatch_count"]
+        if type(count) is not int:
+            raise TypeError(f"dispatch_count {count!r}")
+        return Profile(tuple(dispatch(d) for d in data["dispatches"]), count)
 
 
 def parse_profile(text: str) -> Profile:

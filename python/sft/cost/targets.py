@@ -108,7 +108,7 @@ def describe(target: str) -> TargetDesc:
             return dataclasses.replace(HOST, **json.loads(calibration_file().read_text()))
         except FileNotFoundError:
             pass
-        except (ValueError, TypeError) as err:
+        except (OSError, ValueError, TypeError) as err:  # unreadable, not UTF-8, not JSON
             warnings.warn(f"{calibration_file()}: ignored, not a valid calibration ({err})")
     key = "cuda-sm80" if target == "cuda" else target
     return DESCRIPTIONS[key]

@@ -20,6 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..models import BENCH_SUITE
+from .opt import run_tool
 
 
 # Builders run in the timing worker processes: each returns the callable to time.
@@ -185,6 +186,11 @@ def plot(result: dict, path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """sft-bench's entry point; bad input or an unwritable output is one error line and exit code 1."""
+    return run_tool("sft-bench", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(prog="sft-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=("speed", "quality"))

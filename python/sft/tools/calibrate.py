@@ -10,9 +10,15 @@ from tqdm import tqdm
 
 from ..calibrate import calibrate
 from ..cost.targets import calibration_file
+from .opt import run_tool
 
 
 def main(argv: list[str] | None = None) -> int:
+    """sft-calibrate's entry point; bad input or an unwritable output is one error line and exit code 1."""
+    return run_tool("sft-calibrate", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(prog="sft-calibrate", description=__doc__)
     p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
     args = p.parse_args(argv)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -10,15 +11,20 @@ from pathlib import Path
 from .. import ir
 from ..api import _input_specs, _specs_from_mlir, linalg_of, lower, searched_plan, to_sft
 from ..backend import TARGETS, compile_module
+from ..backend.iree import target_of
 from ..errors import SftError
 from ..plan import Plan
 from ..tuning_db import TuningDB
+from .opt import read_input, run_tool, write_output
 
 
 def _load_python_model(path: str, name: str):
     """A Python file must define `model` (an nn.Module) and `example_inputs` (a tuple), or the
     names given by --model / --inputs; either may be a zero-argument function."""
-    scope = runpy.run_path(path)
+    try:
+        scope = runpy.run_path(path)
+    except SyntaxError as exc:
+        raise SftError(exc.msg, f"{path}:{exc.lineno or 1}:{exc.offset or 1}") from None
     try:
         model, inputs = scope[name], scope["example_inputs"]
     except KeyError as exc:
@@ -28,12 +34,26 @@ def _load_python_model(path: str, name: str):
     return model, tuple(inputs)
 
 
+def _check_writable(path: str) -> None:
+    """Fail before any work (a search can take minutes) when an output cannot be written."""
+    out = Path(path)
+    folder = out.parent
+    if out.is_dir():
+        raise SftError(f"cannot write {path}: Is a directory")
+    if not folder.is_dir():
+        raise SftError(f"cannot write {path}: no folder {folder}")
+    if not os.access(folder, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise SftError(f"cannot write {path}: Permission denied")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """sft-compile's entry point: 0 on success, 1 (and one line on stderr) on bad input."""
     p = argparse.ArgumentParser(prog="sft-compile", description=__doc__)
     p.add_argument("input", help=".mlir file (linalg or sft), or .py file defining `model` and "
                                  "`example_inputs`")
     p.add_argument("-o", "--output", help="output .vmfb (default: input name with .vmfb)")
-    p.add_argument("--target", default="host", choices=sorted(TARGETS))
+    # Not argparse choices: an unknown target is one error line and exit code 1, like any other.
+    p.add_argument("--target", default="host", help=f"one of {', '.join(sorted(TARGETS))}")
     p.add_argument("--plan", help="JSON plan file (default: empty plan, IREE decides)")
     p.add_argument("--search", choices=["none", "model", "verify"], default="none",
                    help="model: the cost model's best plan; verify: the best measured (default: "
@@ -43,41 +63,46 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--emit", choices=["vmfb", "sft", "linalg", "plan"], default="vmfb",
                    help="write the sft or lowered linalg text, or the plan JSON, instead of a .vmfb")
     args = p.parse_args(argv)
-    try:
-        if args.input.endswith(".py"):
-            model, inputs = _load_python_model(args.input, args.model)
-            linalg, name = linalg_of(model, inputs)
-            specs = _input_specs(inputs)
-        else:
-            linalg, name = linalg_of(Path(args.input))
-            specs = None
-        plan = Plan.from_json(Path(args.plan).read_text()) if args.plan else Plan()
-        sft_module = to_sft(linalg, name)
-        sft_text = ir.print_module(sft_module)
-        if args.search != "none" and not args.plan:
-            specs = specs or _specs_from_mlir(linalg)
-            plan, report = searched_plan(sft_text, args.target, args.search, specs, TuningDB())
-            print(report.to_text(), file=sys.stderr)
-            if args.report:
-                Path(args.report).write_text(report.to_json() if args.report.endswith(".json")
-                                             else report.to_text() + "\n")
-        lowered, planned = lower(sft_module, plan)
-        suffix = {"vmfb": "vmfb", "sft": "sft.mlir", "linalg": "linalg.mlir", "plan": "plan.json"}
-        output = args.output or str(Path(args.input).with_suffix("." + suffix[args.emit]))
-        if args.emit == "plan":
-            Path(output).write_text(plan.to_json() + "\n")
-        elif args.emit == "sft":
-            Path(output).write_text(sft_text)
-        elif args.emit == "linalg":
-            Path(output).write_text(planned)
-        else:
-            artifact = compile_module(planned, args.target, plan.flags)
-            Path(output).write_bytes(artifact.vmfb)
-            run_on = f"; run it with --device={plan.driver}" if plan.driver else ""
-            print(f"{output}: {artifact.dispatch_count} dispatches{run_on}", file=sys.stderr)
-    except SftError as exc:
-        print(f"sft-compile: {exc}", file=sys.stderr)
-        return 1
+    return run_tool("sft-compile", lambda: _compile(args))
+
+
+def _compile(args) -> int:
+    target_of(args.target)
+    suffix = {"vmfb": "vmfb", "sft": "sft.mlir", "linalg": "linalg.mlir", "plan": "plan.json"}
+    output = args.output or str(Path(args.input).with_suffix("." + suffix[args.emit]))
+    read_input(args.input)  # missing, unreadable or not UTF-8: one error naming the file
+    plan = Plan.from_json(read_input(args.plan), args.plan) if args.plan else Plan()
+    for path in (output, args.report):
+        if path:
+            _check_writable(path)
+    if args.input.endswith(".py"):
+        model, inputs = _load_python_model(args.input, args.model)
+        linalg, name = linalg_of(model, inputs)
+        specs = _input_specs(inputs)
+    else:
+        linalg, name = linalg_of(Path(args.input))
+        specs = None
+    sft_module = to_sft(linalg, name)
+    sft_text = ir.print_module(sft_module)
+    if args.search != "none" and not args.plan:
+        specs = specs or _specs_from_mlir(linalg)
+        plan, report = searched_plan(sft_text, args.target, args.search, specs, TuningDB())
+        print(report.to_text(), file=sys.stderr)
+        if args.report:
+            write_output(args.report, report.to_json() if args.report.endswith(".json")
+                         else report.to_text() + "\n")
+    lowered, planned = lower(sft_module, plan)
+    if args.emit == "plan":
+        write_output(output, plan.to_json() + "\n")
+    elif args.emit == "sft":
+        write_output(output, sft_text)
+    elif args.emit == "linalg":
+        write_output(output, planned)
+    else:
+        artifact = compile_module(planned, args.target, plan.flags)
+        write_output(output, artifact.vmfb)
+        run_on = f"; run it with --device={plan.driver}" if plan.driver else ""
+        print(f"{output}: {artifact.dispatch_count} dispatches{run_on}", file=sys.stderr)
     return 0
 
 

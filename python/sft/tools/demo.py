@@ -12,11 +12,17 @@ import sys
 
 from ..models import SUITE
 from .bench import speed
+from .opt import run_tool
 
 DEFAULT_MODELS = ("linear", "mlp", "gpt2_block", "linear_attention")
 
 
 def main(argv: list[str] | None = None) -> int:
+    """sft-demo's entry point; bad input or an unwritable output is one error line and exit code 1."""
+    return run_tool("sft-demo", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(prog="sft-demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="*",
