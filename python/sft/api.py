@@ -30,7 +30,7 @@ from .space.chains import contraction_chains
 from .space.kernels import contraction_kernels
 from .space.options import option_space
 from .tuning_db import TuningDB
-from .values import NP_TYPES, Signature, assemble, check_inputs, is_torch, spec_of
+from .values import NP_TYPES, Signature, assemble, check_inputs, spec_of
 
 
 @dataclass
@@ -96,7 +96,7 @@ class CompiledModel:
     def __call__(self, *args):
         arrays = check_inputs(args, self.signature.inputs)
         outs = self._loaded(*arrays)
-        return assemble(outs, args, self.signature, torch_out=any(is_torch(a) for a in args))
+        return assemble(outs, args, self.signature)
 
 
 def _input_specs(example_inputs) -> list[tuple[tuple[int, ...], np.dtype]]:
@@ -144,12 +144,17 @@ def _specs_from_mlir(text: str) -> list[tuple[tuple[int, ...], np.dtype]]:
 
 
 def _import(model, example_inputs=()) -> tuple[str, str, Signature | None]:
-    """(linalg text, a name for error messages, the torch signature or None) for a torch
-    module, MLIR text or an .mlir path."""
+    """(linalg text, a name for error messages, the front end's signature or None) for a torch
+    module, a JAX function, MLIR text or an .mlir path."""
     if isinstance(model, Path) or (isinstance(model, str) and model.endswith(".mlir") and "\n" not in model):
         return import_mlir_file(model), str(model), None
     if isinstance(model, str):
         return import_mlir_text(model), "<input>", None
+    if callable(model) and not hasattr(model, "state_dict"):  # a function, not a torch module
+        from .importers.jax import import_jax
+
+        text, signature = import_jax(model, example_inputs)
+        return text, getattr(model, "__name__", type(model).__name__), signature
     text, signature = import_torch(model, example_inputs)
     return text, type(model).__name__, signature
 

@@ -1,5 +1,5 @@
-"""Values crossing the boundary of a compiled program: torch tensors, numpy arrays and Python
-scalars in, the same kinds out, with the dtypes, shapes and structure the model itself gives.
+"""Values crossing the boundary of a compiled program: torch tensors, JAX arrays, numpy arrays
+and Python scalars in, the same kinds out, with the dtypes, shapes and structure the model itself gives.
 
 numpy has no bfloat16; `ml_dtypes` (which IREE's runtime reads) supplies it.
 """
@@ -7,6 +7,7 @@ numpy has no bfloat16; `ml_dtypes` (which IREE's runtime reads) supplies it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import ml_dtypes
 import numpy as np
@@ -31,16 +32,29 @@ class Result:
 @dataclass(frozen=True)
 class Signature:
     """The compiled function's inputs (shape, dtype) and how its flat results map back to what
-    the model returns (`out_spec`: a torch pytree spec of the model's outputs; None: the
-    outputs as a flat tuple, or one value)."""
+    the model returns: `unflatten(leaves)` rebuilds the model's output structure (a front end's
+    pytree); None gives the outputs as a flat tuple, or one value."""
 
     inputs: tuple[tuple[tuple[int, ...], np.dtype], ...]
     results: tuple[Result, ...] = ()
-    out_spec: object = None
+    unflatten: Callable[[list], object] | None = None
 
 
 def is_torch(x) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
+def is_jax(x) -> bool:
+    return type(x).__module__.startswith("jax")
+
+
+def array_kind(args) -> str:
+    """The kind of array results are given back as: that of the call's arguments."""
+    if any(is_torch(a) for a in args):
+        return "torch"
+    if any(is_jax(a) for a in args):
+        return "jax"
+    return "numpy"
 
 
 def to_numpy(x) -> np.ndarray:
@@ -84,24 +98,35 @@ def check_inputs(args, specs) -> list[np.ndarray]:
     return arrays
 
 
-def assemble(outs: list, args, signature: Signature, torch_out: bool):
-    """The model's return value from the compiled function's flat results; inputs the model
-    updates in place are updated in the caller's objects."""
+def _as_kind(out, kind: str):
+    if not isinstance(out, np.ndarray):
+        return out  # a Python scalar
+    if kind == "torch":
+        return to_torch(out)
+    if kind == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray(out)
+    return out
+
+
+def assemble(outs: list, args, signature: Signature):
+    """The model's return value from the compiled function's flat results, as arrays of the
+    arguments' kind; inputs the model updates in place are updated in the caller's objects."""
     values = []
     results = signature.results or tuple(Result("output") for _ in outs)
     if len(results) != len(outs):
         raise SftError(f"the compiled function returned {len(outs)} results, expected {len(results)}")
+    kind = array_kind(args)
     for result, out in zip(results, outs):
         if result.kind == "output":
-            values.append(to_torch(out) if torch_out and isinstance(out, np.ndarray) else out)
+            values.append(_as_kind(out, kind))
         elif result.kind == "constant":
             values.append(result.value)
         elif result.kind == "mutation":
             _update_in_place(args[result.value], out)
-    if signature.out_spec is not None:
-        from torch.utils import _pytree
-
-        return _pytree.tree_unflatten(values, signature.out_spec)
+    if signature.unflatten is not None:
+        return signature.unflatten(values)
     return values[0] if len(values) == 1 else tuple(values)
 
 

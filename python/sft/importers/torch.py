@@ -43,6 +43,7 @@ def _refuse_uint8(prog, model_name: str) -> None:
 def _signature(prog, inputs) -> Signature:
     """Which flat results are the model's outputs, constants, or inputs updated in place."""
     from torch.export.graph_signature import ConstantArgument, OutputKind
+    from torch.utils import _pytree
 
     user_inputs = list(prog.graph_signature.user_inputs)
     results = []
@@ -55,7 +56,9 @@ def _signature(prog, inputs) -> Signature:
             results.append(Result("output"))
         else:  # a buffer updated in place: frozen inference keeps the buffers as they were
             results.append(Result("dropped"))
-    return Signature(tuple(spec_of(x) for x in inputs), tuple(results), prog.call_spec.out_spec)
+    out_spec = prog.call_spec.out_spec
+    return Signature(tuple(spec_of(x) for x in inputs), tuple(results),
+                     lambda leaves: _pytree.tree_unflatten(leaves, out_spec))
 
 
 def import_torch(model, example_inputs, func_name: str = "main") -> tuple[str, Signature]:
