@@ -5,8 +5,9 @@ Two levels. Kernels: each contraction's top-k tile candidates are compiled as a 
 program (the kernel alone, zero inputs) and timed in their own processes with
 iree-benchmark-module, single-threaded so that the numbers are stable. Program: the best option
 sets, with the measured tiles, are compiled whole and timed on real inputs beside IREE's default.
-A candidate that fails to compile, crashes or times out is recorded as failed and skipped; the
-tuning database keeps every measurement, so a second run replays them.
+A candidate that fails to compile, crashes, times out, or computes NaN or inf where IREE's default
+does not, is recorded as failed and skipped; the tuning database keeps every measurement, so a
+second run replays them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from .backend import compile_module
 from .backend.bench import Variant, benchmark
-from .backend.timing import loaded_call, time_in_processes
+from .backend.timing import loaded_call, time_variants
 from .cost.targets import TargetDesc
 from .errors import SftError
 from .plan import Plan, TileConfig
@@ -165,10 +166,12 @@ def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inpu
             report.measured[f"program {name}"] = None
     # Programs are timed the way they are used, called from Python through iree.runtime, each
     # in a process of its own: which driver wins depends on the caller's thread too.
-    timed, _ = time_in_processes({name: (loaded_call, (v.artifact, v.driver, inputs))
-                                  for name, v in variants.items()}, rounds, calls=20, timeout=120.0)
+    timings = time_variants({name: (loaded_call, (v.artifact, v.driver, inputs))
+                             for name, v in variants.items()}, rounds, calls=20)
     if progress:
         progress(len(variants) * rounds)
+    dropped = non_finite_candidates({k: t.finite for k, t in timings.items()})
+    timed = {k: (None if k in dropped else t.seconds) for k, t in timings.items()}
     report.measured.update({f"program {k}": v for k, v in timed.items()})
     ok = {k: v for k, v in timed.items() if v is not None}
     if not ok:
@@ -180,6 +183,16 @@ def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inpu
     best = min(peers, key=lambda n: (len(plans[n].flags), len(plans[n].tiles), n != best))
     report.chosen = best
     return plans[best]
+
+
+def non_finite_candidates(finite: dict, default: str = "iree-default") -> set:
+    """The candidates to drop for their outputs: name -> whether its outputs on the real inputs
+    were all finite (None: not known). A candidate with NaN or inf where IREE's default computes
+    finite values is broken, however fast; where the default itself is not finite (or was not
+    checked) the inputs may well call for it, and nothing is dropped."""
+    if finite.get(default) is not True:
+        return set()
+    return {name for name, ok in finite.items() if ok is False}
 
 
 def _significant_best(seconds: dict, default, margin: float = MARGIN):

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .iree import Artifact
+from ..errors import SftError
+from .iree import Artifact, run_group
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
@@ -36,11 +37,13 @@ class Variant:
 
 def _tool(name: str) -> str:
     """A runtime tool binary; iree-base-runtime ships them beside its native library."""
-    from iree import _runtime_libs
-
+    try:
+        from iree import _runtime_libs
+    except ImportError:
+        raise SftError(f"{name} not found: iree-base-runtime is not installed") from None
     path = Path(_runtime_libs.__file__).parent / name
     if not path.exists():
-        raise FileNotFoundError(f"{name} not found in {path.parent} (it ships with iree-base-runtime)")
+        raise SftError(f"{name} not found in {path.parent} (it ships with iree-base-runtime)")
     return str(path)
 
 
@@ -59,9 +62,9 @@ def input_flags(inputs: list, folder: Path) -> list[str]:
 
 
 def _run_once(cmd: list[str], timeout: float) -> float | None:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    try:  # in a process group of its own, killed whole past the timeout
+        proc = run_group(cmd, timeout)
+    except (subprocess.TimeoutExpired, OSError):
         return None
     if proc.returncode != 0:
         return None

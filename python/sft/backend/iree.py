@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SftError
+from ..paths import scratch_dir
 from . import cache
 from .profile import Profile, parse_profile
 
@@ -22,14 +26,23 @@ class Target:
     driver: str
 
 
+# IREE demotes f64 to f32 by default, silently: a program's f64 arithmetic (torch-mlir computes
+# var/std through f64) must stay f64, so every target keeps it.
+KEEP_F64 = "--iree-input-demote-f64-to-f32=false"
+# The CPU model IREE generates code for: this machine's unless SFT_HOST_CPU names another
+# (e.g. `haswell` to run AVX2 code on an AVX-512 machine, as the tests of both forms do).
+HOST_CPU = os.environ.get("SFT_HOST_CPU", "host")
+
 TARGETS = {
     "host": Target("host", ("--iree-hal-target-device=local",
                             "--iree-hal-local-target-device-backends=llvm-cpu",
-                            "--iree-llvmcpu-target-cpu=host"), "local-task"),
-    "cuda": Target("cuda", ("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"), "cuda"),
-    "hip": Target("hip", ("--iree-hal-target-device=hip", "--iree-rocm-target=gfx942"), "hip"),
+                            f"--iree-llvmcpu-target-cpu={HOST_CPU}", KEEP_F64), "local-task"),
+    "cuda": Target("cuda", ("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80", KEEP_F64),
+                   "cuda"),
+    "hip": Target("hip", ("--iree-hal-target-device=hip", "--iree-rocm-target=gfx942", KEEP_F64),
+                  "hip"),
     "vulkan": Target("vulkan", ("--iree-hal-target-device=vulkan",
-                                "--iree-vulkan-target=rdna3"), "vulkan"),
+                                "--iree-vulkan-target=rdna3", KEEP_F64), "vulkan"),
 }
 
 
@@ -43,58 +56,197 @@ class Artifact:
     flags: tuple[str, ...] = field(default=())
 
 
+COMPILE_TOOL_ENV = "SFT_IREE_COMPILE"
+COMPILE_TIMEOUT_ENV = "SFT_COMPILE_TIMEOUT"
+RUN_TIMEOUT_ENV = "SFT_RUN_TIMEOUT"
+
+
+def env_seconds(name: str, default: float) -> float:
+    """Seconds from the environment variable `name`, `default` when it is unset or empty. Read
+    at each call, so that a change takes effect without a restart."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise SftError(f"{name}={text!r} is not a positive number of seconds")
+    return value
+
+
+def compile_timeout() -> float:
+    """Seconds one iree-compile run (a module or a profile) may take: $SFT_COMPILE_TIMEOUT, else
+    600."""
+    return env_seconds(COMPILE_TIMEOUT_ENV, 600.0)
+
+
+def run_timeout() -> float:
+    """Seconds a timing worker may take to answer (its build and warm-up, then each round):
+    $SFT_RUN_TIMEOUT, else 120."""
+    return env_seconds(RUN_TIMEOUT_ENV, 120.0)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill every process in the group of `proc` (started with start_new_session=True, so the
+    group is its own) and reap `proc`. Tools leave children behind when they are killed alone."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # the group is gone already
+        pass
+    proc.wait()
+
+
+def run_group(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run a tool in a process group of its own, its output captured as text. The group is
+    killed once the tool exits (stragglers) and when it runs past `timeout`, which then raises
+    subprocess.TimeoutExpired. Output goes to files, not pipes: a child still holding a pipe
+    could keep a reader waiting after the tool itself is gone."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout)
+        finally:  # on timeout, on an interrupt, and after a normal exit alike
+            kill_group(proc)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))
+
+
+def exit_text(code: int) -> str:
+    """How a process ended, in words: `exit code 3`, `killed by SIGSEGV`."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
 def _iree_compile() -> str:
+    """The iree-compile binary: the one iree-base-compiler ships, unless $SFT_IREE_COMPILE names
+    another (a testing and override hook: the tests point it at fake tools that hang or crash;
+    a user can point it at another build of IREE)."""
+    override = os.environ.get(COMPILE_TOOL_ENV, "").strip()
+    if override:
+        if not (os.path.isfile(override) and os.access(override, os.X_OK)):
+            raise SftError(f"{COMPILE_TOOL_ENV}={override!r} is not an executable file")
+        return override
     from iree.compiler.tools.binaries import find_tool
 
-    return find_tool("iree-compile")
+    try:
+        return find_tool("iree-compile")
+    except ValueError as e:
+        raise SftError(f"iree-compile not found: {str(e).splitlines()[0]}") from None
+
+
+def target_of(target: Target | str) -> Target:
+    """A Target, by itself or by name; an unknown name is an SftError listing the known ones."""
+    if isinstance(target, Target):
+        return target
+    if target not in TARGETS:
+        raise SftError(f"unknown target '{target}' (known: {', '.join(sorted(TARGETS))})")
+    return TARGETS[target]
+
+
+def _compiler_input(tmp: Path, text: str) -> Path:
+    src = tmp / "in.mlir"
+    try:
+        src.write_text(text)
+    except OSError as err:
+        raise SftError(f"cannot write iree-compile's input in {tmp}: {err.strerror or err}") from None
+    return src
+
+
+def _dispatch_count(stats: Path) -> int:
+    """The dispatch count from iree-compile's statistics; a missing or malformed file (an
+    iree-compile that exited 0 without finishing) is an SftError, so that nothing is cached."""
+    try:
+        count = json.loads(stats.read_bytes())["stream-aggregate"]["execution"]["dispatch-count"]
+        if type(count) is int and count >= 0:
+            return count
+        problem = f"dispatch-count {count!r}"
+    except OSError as err:
+        problem = err.strerror or str(err)
+    except (ValueError, KeyError, TypeError) as err:
+        problem = f"{type(err).__name__}: {err}"
+    raise SftError(f"iree-compile exited 0 but wrote no valid statistics ({problem})")
 
 
 def compile_module(text: str, target: Target | str = "host", flags: tuple[str, ...] = (),
-                   timeout: float = 600.0, use_cache: bool = True) -> Artifact:
-    """Compile linalg-on-tensors text to a .vmfb (through the on-disk cache)."""
-    target = TARGETS[target] if isinstance(target, str) else target
+                   timeout: float | None = None, use_cache: bool = True) -> Artifact:
+    """Compile linalg-on-tensors text to a .vmfb (through the on-disk cache). Output that is not
+    a whole module (an iree-compile that exited 0 but was cut short) is an SftError and is not
+    cached."""
+    target = target_of(target)
     entry_key = cache.key(text, target.name, target.flags, flags)
     if use_cache:
         hit = cache.read_module(entry_key)
         if hit is not None:
             return Artifact(hit[0], hit[1], target, flags)
-    with tempfile.TemporaryDirectory(prefix="sft-") as tmp:
-        src, out, stats = Path(tmp, "in.mlir"), Path(tmp, "out.vmfb"), Path(tmp, "stats.json")
-        src.write_text(text)
+    with scratch_dir() as tmp:
+        src, out, stats = _compiler_input(tmp, text), tmp / "out.vmfb", tmp / "stats.json"
         _run_compile([str(src), "-o", str(out), *target.flags, *flags,
                       "--iree-scheduling-dump-statistics-format=json",
                       f"--iree-scheduling-dump-statistics-file={stats}"], timeout)
-        vmfb = out.read_bytes()
-        dispatches = json.loads(stats.read_text())["stream-aggregate"]["execution"]["dispatch-count"]
+        try:
+            vmfb = out.read_bytes()
+        except OSError as err:
+            raise SftError(f"iree-compile exited 0 but wrote no module ({err.strerror or err})") from None
+        if not cache.valid_vmfb(vmfb):
+            raise SftError(f"iree-compile exited 0 but wrote no valid module ({len(vmfb)} bytes, "
+                           "not an IREE FlatBuffer)")
+        dispatches = _dispatch_count(stats)
     if use_cache:
         cache.write_module(entry_key, vmfb, dispatches)
     return Artifact(vmfb, dispatches, target, flags)
 
 
-def _run_compile(args: list[str], timeout: float) -> None:
+def _run_compile(args: list[str], timeout: float | None = None) -> None:
+    """Run iree-compile on `args` (its process group killed past `timeout` seconds, by default
+    `compile_timeout()`); any failure is an SftError naming how it failed."""
+    timeout = compile_timeout() if timeout is None else timeout
+    tool = _iree_compile()
     try:
-        proc = subprocess.run([_iree_compile(), *args], capture_output=True, text=True, timeout=timeout)
+        proc = run_group([tool, *args], timeout)
     except subprocess.TimeoutExpired:
-        raise SftError(f"iree-compile timed out after {timeout:.0f} s") from None
+        raise SftError(f"iree-compile timed out after {timeout:g} s "
+                       f"(${COMPILE_TIMEOUT_ENV} sets the limit)") from None
+    except OSError as e:
+        raise SftError(f"iree-compile could not be started ({tool}): {e.strerror or e}") from None
+    if proc.returncode < 0:
+        last = proc.stderr.strip().splitlines()[-1:] or [""]
+        raise SftError(f"iree-compile crashed ({exit_text(proc.returncode)})"
+                       + (f": {last[0][:300]}" if last[0] else ""))
     if proc.returncode != 0:
         first = next((l for l in proc.stderr.splitlines() if "error" in l), proc.stderr.strip()[:300])
         raise SftError(f"iree-compile failed: {first}")
 
 
 def profile(text: str, target: Target | str = "host", flags: tuple[str, ...] = (),
-            timeout: float = 300.0) -> Profile:
+            timeout: float | None = None) -> Profile:
     """IREE's dispatches and default lowering configs for a program, compiled only as far as
-    `executable-configurations` (cached like modules)."""
-    target = TARGETS[target] if isinstance(target, str) else target
-    entry_key = cache.key(text, target.name, target.flags, (*flags, "executable-configurations"))
-    cached = cache.read_text(entry_key, ".config.mlir")
+    `executable-configurations`. Cached parsed (the configured IR holds the weights as text)."""
+    target = target_of(target)
+    entry_key = cache.key(text, target.name, target.flags,
+                          (*flags, "executable-configurations", cache.PROFILE_FORMAT))
+    cached = cache.read_profile(entry_key)
     if cached is not None:
-        return parse_profile(cached)
-    with tempfile.TemporaryDirectory(prefix="sft-") as tmp:
-        src, out = Path(tmp, "in.mlir"), Path(tmp, "out.mlir")
-        src.write_text(text)
+        return cached
+    with scratch_dir() as tmp:
+        src, out = _compiler_input(tmp, text), tmp / "out.mlir"
         _run_compile([str(src), "-o", str(out), *target.flags, *flags,
                       "--compile-to=executable-configurations"], timeout)
-        configured = out.read_text()
-    cache.write_text(entry_key, ".config.mlir", configured)
-    return parse_profile(configured)
+        try:
+            configured = out.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise SftError(f"iree-compile exited 0 but wrote no readable program ({err})") from None
+    # A whole module: a `module` line (after any attribute aliases) and its closing brace.
+    if not (re.search(r"^module\b", configured, re.M) and configured.rstrip().endswith("}")):
+        raise SftError(f"iree-compile exited 0 but wrote no valid program ({len(configured)} chars)")
+    found = parse_profile(configured)
+    cache.write_profile(entry_key, found)
+    return found

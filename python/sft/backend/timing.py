@@ -3,14 +3,31 @@
 A process per variant keeps variants from sharing thread pools, allocator state or load order
 (in one process, the first module loaded ran ~20% slower than an identical second copy); taking
 turns round after round makes all variants see the same machine load; medians over rounds.
+
+The processes are `python -m sft.backend.worker` (its protocol is in that module), not
+multiprocessing children: a spawned multiprocessing child imports the caller's `__main__`, and a
+user script that compiles at top level ran its compile again in every worker, which failed and
+left the parent blocked for ever. Each worker is a process group of its own; a worker that dies,
+hangs or runs past its timeout, at any point, has its whole group killed and is recorded as
+failed, never waited for.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import json
+import os
+import pickle
+import select
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SftError
+from .iree import exit_text, kill_group, run_timeout
 
 
 def loaded_call(artifact, driver: str, arrays: list):
@@ -22,66 +39,194 @@ def loaded_call(artifact, driver: str, arrays: list):
     return lambda: fn(*arrays)
 
 
-def _worker(conn, build, args, calls: int) -> None:
-    try:
-        fn = build(*args)
-        fn()  # warm up (and trigger any lazy compilation)
-        conn.send(("ready", None))
-    except Exception:  # reported to the parent, which records the variant as failed
-        conn.send(("error", traceback.format_exc(limit=3)))
-        return
-    while conn.recv() == "go":
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        conn.send(("time", (time.perf_counter() - start) / calls))
+@dataclass
+class Timing:
+    """What timing one variant found."""
+
+    seconds: float | None = None  # median seconds per call; None where the variant failed
+    error: str | None = None      # why it failed
+    finite: bool | None = None    # whether its warm-up call's outputs were all finite (None:
+    # it returned no arrays, or never got that far)
 
 
-def time_in_processes(builders: dict, rounds: int, calls: int, timeout: float = 600.0,
-                      settle: float = 0.2):
-    """Median seconds per call for each `name -> (build, args)`; `build(*args)` runs in a fresh
-    process and returns the callable to time. Returns (medians, errors): a variant whose build
-    fails or that stops answering within `timeout` gets None and its error text. Between turns
-    the machine gets `settle` seconds, so that threads still spinning after one variant's turn
-    (OpenMP's spin-wait, IREE's workers) do not steal from the next."""
-    ctx = multiprocessing.get_context("spawn")
-    workers, errors = {}, {}
-    for name, (build, args) in builders.items():
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker, args=(child, build, args, calls), daemon=True)
-        proc.start()
-        child.close()  # the worker holds the only write end: its death reads as EOF here
-        workers[name] = (proc, parent)
-    samples = {name: [] for name in builders}
+class _Fault(Exception):
+    """A worker that died, hung or answered nonsense (recorded, never raised to the caller)."""
 
-    def answer(name):
-        proc, conn = workers[name]
-        if not conn.poll(timeout):
-            proc.kill()
-            return ("error", f"no answer within {timeout:.0f} s")
+
+def _check_builder(name, build) -> None:
+    """Builders travel to the worker by reference (module and name), so they must be importable
+    there; the caller's `__main__` never is (importing it would run the caller's script)."""
+    module = getattr(build, "__module__", None)
+    qualname = getattr(build, "__qualname__", "")  # (a callable object has none: pickle judges)
+    if module == "__main__":
+        raise SftError(f"timing variant {name!r}: its builder {qualname} is defined in __main__; "
+                       "timing workers never import the caller's script, so a builder must be a "
+                       "module-level function of an importable module")
+    if "<" in qualname:  # <lambda>, <locals>: pickled by name, they cannot be found by it
+        raise SftError(f"timing variant {name!r}: its builder {module}.{qualname} is not a "
+                       "module-level function (workers import builders by name)")
+
+
+def _worker_env() -> dict:
+    """The worker's environment: `-m sft.backend.worker` must find this sft before the request
+    (with the parent's sys.path) is read. A checkout run without installing needs its folder on
+    PYTHONPATH; an installed sft is found anyway, and its site-packages is not put there (it
+    would go before the standard library)."""
+    import site
+
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    sites = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    if root not in sites:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+class _Worker:
+    """One worker process: commands on its stdin, JSON answers on its stdout, its stderr in a
+    file (quoted when it fails, never a pipe that could fill and stall it)."""
+
+    def __init__(self, request: Path, log: Path, env: dict):
+        self.log = log
+        with open(log, "wb") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "sft.backend.worker", str(request)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         env=env, start_new_session=True)
+        self._buffer = b""
+
+    def send(self, command: str) -> None:
         try:
-            return conn.recv()
-        except EOFError:
-            return ("error", f"the worker died (exit code {proc.exitcode})")
+            self.proc.stdin.write(command.encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise _Fault(self._death()) from None
 
-    for name in list(workers):
-        kind, payload = answer(name)
-        if kind == "error":
-            errors[name] = payload
-            workers.pop(name)[0].kill()
-    for _ in range(rounds):
-        for name in list(workers):
-            time.sleep(settle)
-            workers[name][1].send("go")
-            kind, payload = answer(name)
-            if kind == "error":
-                errors[name] = payload
-                workers.pop(name)[0].kill()
-            else:
-                samples[name].append(payload)
-    for proc, conn in workers.values():
-        conn.send("stop")
-        proc.join(10)
-    medians = {name: (statistics.median(s) if s and name not in errors else None)
-               for name, s in samples.items()}
-    return medians, errors
+    def answer(self, timeout: float) -> dict:
+        """The next answer, waited for at most `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Fault(f"no answer within {timeout:g} s")
+            # At most a second at a time: a dead worker whose stdout lives on in a child of its
+            # own reads as no end of file, so its exit is polled for as well.
+            readable, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if readable:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:  # end of file: the worker is gone
+                    raise _Fault(self._death())
+                self._buffer += chunk
+            elif self.proc.poll() is not None and not select.select([fd], [], [], 0)[0]:
+                raise _Fault(self._death())  # (its last words, if any, are read first)
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise _Fault(f"the worker answered {line[:200]!r}")
+        if "error" in answer:
+            raise _Fault(str(answer["error"]))
+        return answer
+
+    def _death(self) -> str:
+        try:
+            how = exit_text(self.proc.wait(5))
+        except subprocess.TimeoutExpired:  # closed its stdout but lives on: killed later
+            how = "output closed"
+        tail = self.log.read_text(errors="replace").strip().splitlines()[-3:]
+        return f"the worker died ({how})" + (": " + " | ".join(tail) if tail else "")
+
+    def stop(self, grace: float) -> None:
+        """Ask the worker to end, give it `grace` seconds, then kill what is left of its group."""
+        try:
+            self.send("stop")
+            self.proc.wait(grace)
+        except (_Fault, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+    def kill(self) -> None:
+        kill_group(self.proc)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
+def time_variants(builders: dict, rounds: int, calls: int, timeout: float | None = None,
+                  settle: float = 0.2) -> dict:
+    """Time each `name -> (build, args)` in a worker process of its own: `build(*args)` runs
+    there and returns the callable to time, called once to warm up, then `calls` times a round
+    for `rounds` rounds, the variants taking turns. Returns name -> `Timing`.
+
+    `timeout` (default `run_timeout()`, $SFT_RUN_TIMEOUT) bounds each answer: the build with its
+    warm-up, and each round. A variant whose build or call raises, whose worker dies or that
+    does not answer in time gets seconds None and its error; its process group is killed. Between
+    turns the machine gets `settle` seconds, so that threads still spinning after one variant's
+    turn (OpenMP's spin-wait, IREE's workers) do not steal from the next. A builder defined in
+    `__main__`, or not at module level, is refused with SftError before anything starts."""
+    timeout = run_timeout() if timeout is None else timeout
+    for name, (build, _) in builders.items():
+        _check_builder(name, build)
+    results = {name: Timing() for name in builders}
+    samples: dict = {name: [] for name in builders}
+    workers: dict = {}
+
+    def fail(name, error: str) -> None:
+        results[name].error = error
+        workers.pop(name).kill()
+
+    with tempfile.TemporaryDirectory(prefix="sft-timing-") as tmp:
+        env = _worker_env()
+        try:
+            # Requests are files: module bytes and input arrays never go through a pipe that
+            # a dead reader would leave the parent blocked on.
+            for i, (name, (build, args)) in enumerate(builders.items()):
+                request = Path(tmp, f"request{i}.pkl")
+                try:
+                    with open(request, "wb") as f:
+                        pickle.dump(list(sys.path), f)
+                        pickle.dump({"build": build, "args": tuple(args), "calls": calls}, f,
+                                    protocol=pickle.HIGHEST_PROTOCOL)
+                except (pickle.PicklingError, TypeError, AttributeError) as e:
+                    raise SftError(f"timing variant {name!r}: its builder or arguments cannot be "
+                                   f"sent to a worker: {e}") from None
+                try:
+                    workers[name] = _Worker(request, Path(tmp, f"worker{i}.log"), env)
+                except OSError as e:
+                    results[name].error = f"the worker could not be started: {e}"
+            for name in list(workers):
+                try:
+                    results[name].finite = workers[name].answer(timeout).get("finite")
+                except _Fault as e:
+                    fail(name, str(e))
+            for _ in range(rounds):
+                for name in list(workers):
+                    time.sleep(settle)
+                    try:
+                        workers[name].send("go")
+                        samples[name].append(float(workers[name].answer(timeout)["time"]))
+                    except (_Fault, KeyError, TypeError, ValueError) as e:
+                        fail(name, str(e) if isinstance(e, _Fault) else f"bad answer: {e!r}")
+            for worker in workers.values():
+                worker.stop(grace=min(timeout, 10.0))
+            workers.clear()
+        finally:  # an interrupt or an error of ours: no worker outlives the call
+            for worker in workers.values():
+                worker.kill()
+    for name, result in results.items():
+        if result.error is None and samples[name]:
+            result.seconds = statistics.median(samples[name])
+    return results
+
+
+def time_in_processes(builders: dict, rounds: int, calls: int, timeout: float | None = None,
+                      settle: float = 0.2):
+    """Median seconds per call for each `name -> (build, args)`, timed as `time_variants` does.
+    Returns (medians, errors): a failed variant gets None and its error text."""
+    results = time_variants(builders, rounds, calls, timeout, settle)
+    return ({name: r.seconds for name, r in results.items()},
+            {name: r.error for name, r in results.items() if r.error is not None})

@@ -1,0 +1,230 @@
+"""Processes the backend starts: timing workers (never importing the user's script, never hung
+on), iree-compile and its timeout, and the NaN guard of verify. No timing is asserted but the
+bounds that show nothing was waited for."""
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from sft.backend import iree
+from sft.backend.bench import _tool
+from sft.backend.timing import time_in_processes, time_variants
+from sft.errors import SftError
+from sft.measure import non_finite_candidates
+
+SLACK = 30.0  # seconds on top of a timeout: worker start-up on a loaded 2-core machine
+
+
+# Builders: they run in the timing workers, which import this module by name (its folder is on
+# the parent's sys.path, which the workers get). Each returns the callable to time.
+def _good():
+    return lambda: np.ones(3)
+
+
+def _nan():
+    return lambda: np.array([1.0, np.nan])
+
+
+def _chatty():
+    """Prints on stdout while building and on every call: the answers must not be garbled."""
+    print("building", flush=True)
+    return lambda: print('{"time": -1}', flush=True)
+
+
+def _exits_before_ready():
+    os._exit(3)
+
+
+def _exits_after_first_round():
+    calls = []
+
+    def run():
+        calls.append(1)
+        if len(calls) > 2:  # the warm-up call, round one, then out during round two
+            os._exit(4)
+    return run
+
+
+def _segfaults():
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file left behind
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def _raises():
+    raise RuntimeError("builder exploded")
+
+
+def _allocates_absurdly():
+    return bytearray(1 << 62)  # beyond any address space: fails at once, touches nothing
+
+
+def _hangs_building(pid_file: str):
+    """Starts a grandchild first, which must die with the worker's process group."""
+    child = subprocess.Popen(["sleep", "1000"])
+    with open(pid_file, "w") as f:
+        f.write(str(child.pid))
+    time.sleep(1e6)
+
+
+def _hangs_in_round_two():
+    calls = []
+
+    def run():
+        calls.append(1)
+        if len(calls) > 2:
+            time.sleep(1e6)
+    return run
+
+
+def _gone(pid: int, wait: float = 10.0) -> bool:
+    """Whether process `pid` exits (or is a zombie, dead but for its parent's reaping) within
+    `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_faults_are_recorded_failed_and_the_others_timed():
+    timeout = 120.0  # not reached: deaths are seen at once
+    builders = {"good": (_good, ()), "nan": (_nan, ()), "chatty": (_chatty, ()),
+                "exits before ready": (_exits_before_ready, ()),
+                "exits after round one": (_exits_after_first_round, ()),
+                "segfaults": (_segfaults, ()), "raises": (_raises, ()),
+                "allocates": (_allocates_absurdly, ())}
+    start = time.monotonic()
+    results = time_variants(builders, rounds=2, calls=1, timeout=timeout, settle=0.0)
+    assert time.monotonic() - start < SLACK
+    for name in ("good", "nan", "chatty"):
+        assert results[name].error is None and results[name].seconds > 0, results[name]
+    assert results["good"].finite is True and results["nan"].finite is False
+    assert results["chatty"].finite is None  # returns nothing to check
+    failed = {name: results[name] for name in builders if name not in ("good", "nan", "chatty")}
+    for name, result in failed.items():
+        assert result.seconds is None and result.error, name
+    assert "exit code 3" in failed["exits before ready"].error
+    assert "exit code 4" in failed["exits after round one"].error
+    assert "SIGSEGV" in failed["segfaults"].error
+    assert "builder exploded" in failed["raises"].error
+    assert "MemoryError" in failed["allocates"].error
+    medians, errors = time_in_processes({"good": (_good, ()), "raises": (_raises, ())}, 1, 1,
+                                        timeout=timeout, settle=0.0)
+    assert medians["good"] > 0 and medians["raises"] is None
+    assert set(errors) == {"raises"}
+
+
+@pytest.mark.parametrize("where", ["building", "round two"])
+def test_a_hung_worker_is_killed_with_its_group_within_the_timeout(where, tmp_path, monkeypatch):
+    monkeypatch.setenv("SFT_RUN_TIMEOUT", "4")  # read at call time: no timeout passed below
+    pid_file = tmp_path / "grandchild.pid"
+    hung = (_hangs_building, (str(pid_file),)) if where == "building" else (_hangs_in_round_two, ())
+    start = time.monotonic()
+    results = time_variants({"good": (_good, ()), "hangs": hung}, rounds=2, calls=1, settle=0.0)
+    assert time.monotonic() - start < 4.0 + SLACK
+    assert results["good"].seconds > 0
+    assert results["hangs"].seconds is None and "no answer within 4 s" in results["hangs"].error
+    if where == "building":
+        assert _gone(int(pid_file.read_text()))
+
+
+def test_a_builder_from_main_is_refused():
+    script = {"__name__": "__main__"}
+    exec("def build():\n    return lambda: None\n", script)  # defined as a script would
+    with pytest.raises(SftError, match="__main__"):
+        time_in_processes({"mine": (script["build"], ())}, 1, 1)
+    with pytest.raises(SftError, match="module-level"):
+        time_in_processes({"lambda": (lambda: (lambda: None), ())}, 1, 1)
+
+
+def test_a_top_level_script_compiles_with_verify(tmp_path):
+    """The bug: the script has no __main__ guard; workers that imported it re-ran its compile."""
+    marker = tmp_path / "runs"
+    script = tmp_path / "user_script.py"
+    script.write_text(textwrap.dedent(f"""
+        import torch
+        import sft
+
+        with open({str(marker)!r}, "a") as f:  # once per import of this script
+            f.write("x")
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 4)
+        x = torch.randn(2, 8)
+        compiled = sft.compile(model, (x,), search="verify")
+        with torch.no_grad():
+            expected = model(x)
+        got = compiled(x)
+        print("close", torch.allclose(got, expected, rtol=1e-4, atol=1e-5))
+        print("timed", compiled.search.measured["program iree-default"] > 0)
+    """))
+    env = dict(os.environ, SFT_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "close True" in proc.stdout and "timed True" in proc.stdout, proc.stdout
+    assert marker.read_text() == "x"  # no worker ran the script again
+
+
+def _fake_tool(tmp_path, body: str) -> str:
+    path = tmp_path / "iree-compile"
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_hung_iree_compile_is_killed_with_its_children(tmp_path, monkeypatch):
+    pid_file = tmp_path / "grandchild.pid"
+    monkeypatch.setenv("SFT_IREE_COMPILE", _fake_tool(tmp_path, f"sleep 1000 &\necho $! > {pid_file}\nwait\n"))
+    monkeypatch.setenv("SFT_COMPILE_TIMEOUT", "2")
+    start = time.monotonic()
+    with pytest.raises(SftError, match="iree-compile timed out after 2 s"):
+        iree.compile_module(f"// never cached: {tmp_path}\n", "host")
+    assert time.monotonic() - start < 2.0 + SLACK
+    assert _gone(int(pid_file.read_text()))
+
+
+def test_a_crashing_iree_compile_is_an_error_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("SFT_IREE_COMPILE", _fake_tool(tmp_path, "ulimit -c 0\nkill -SEGV $$\n"))
+    with pytest.raises(SftError, match=r"iree-compile crashed \(killed by SIGSEGV\)"):
+        iree.compile_module(f"// never cached: {tmp_path}\n", "host")
+
+
+def test_missing_tools_and_bad_timeouts_are_one_line_errors(tmp_path, monkeypatch):
+    monkeypatch.setenv("SFT_IREE_COMPILE", str(tmp_path / "nowhere"))
+    with pytest.raises(SftError, match="SFT_IREE_COMPILE"):
+        iree.compile_module(f"// never cached: {tmp_path}\n", "host")
+    with pytest.raises(SftError, match="iree-benchmark-nothing not found"):
+        _tool("iree-benchmark-nothing")
+    for name, read in (("SFT_COMPILE_TIMEOUT", iree.compile_timeout),
+                       ("SFT_RUN_TIMEOUT", iree.run_timeout)):
+        monkeypatch.setenv(name, "soon")
+        with pytest.raises(SftError, match=name):
+            read()
+        monkeypatch.setenv(name, "-1")
+        with pytest.raises(SftError, match=name):
+            read()
+        monkeypatch.setenv(name, "7.5")
+        assert read() == 7.5
+        monkeypatch.delenv(name)
+    assert iree.compile_timeout() == 600.0 and iree.run_timeout() == 120.0
+
+
+def test_verify_drops_candidates_that_compute_nan_where_iree_does_not():
+    finite = {"iree-default": True, "data-tiling": False, "ukernels": True, "unknown": None}
+    assert non_finite_candidates(finite) == {"data-tiling"}
+    # Where IREE's default is not finite either (or unknown), the inputs may call for NaN.
+    assert non_finite_candidates({**finite, "iree-default": False}) == set()
+    assert non_finite_candidates({**finite, "iree-default": None}) == set()
