@@ -99,7 +99,7 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
                     "iree_again": (_iree_default, (name,))}
         if use_torch_compile:
             builders["torch_compile"] = (_torch, (name, True))
-        times, errors = time_in_processes(builders, rounds, calls)
+        times, errors = time_in_processes(builders, rounds, calls, timeout=600.0)  # torch.compile warms up slowly
         row.update({f"{k}_s": v for k, v in times.items()}, errors=errors)
         best_torch = min(t for t in (times.get("eager"), times.get("torch_compile")) if t)
         ratio = lambda a, b: (times[b] / times[a]) if times.get(a) and times.get(b) else float("nan")
