@@ -31,13 +31,15 @@ class Result:
 
 @dataclass(frozen=True)
 class Signature:
-    """The compiled function's inputs (shape, dtype) and how its flat results map back to what
-    the model returns: `unflatten(leaves)` rebuilds the model's output structure (a front end's
+    """The compiled function's inputs (shape, dtype), which follow its state, and how its flat
+    results map back to what the model returns: `unflatten(leaves)` rebuilds the model's output structure (a front end's
     pytree); None gives the outputs as a flat tuple, or one value."""
 
     inputs: tuple[tuple[tuple[int, ...], np.dtype], ...]
     results: tuple[Result, ...] = ()
     unflatten: Callable[[list], object] | None = None
+    # The model's state (name, shape, dtype), passed before the inputs: parameters, buffers.
+    state: tuple[tuple[str, tuple[int, ...], np.dtype], ...] = ()
 
 
 def is_torch(x) -> bool:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import sft
-from sft.api import linalg_of, lower, to_sft
+from sft.program import lower, prepare
 from sft.backend import compile_module, load
 from sft.models import SUITE
 from sft.plan import Plan
@@ -31,11 +31,11 @@ def test_model_matches_eager_and_raises_fully(name):
 def test_raise_lower_keeps_dispatches_and_numbers(name):
     """IREE compiles sft-opt --sft-raise --sft-lower output as it compiles the original."""
     model, inputs, _ = _reference(SUITE[name])
-    linalg, _ = linalg_of(model, inputs)
-    lowered, planned = lower(to_sft(linalg, name), Plan())
-    original, roundtrip = compile_module(linalg), compile_module(planned)
+    program, module = prepare(model, inputs)
+    lowered, planned = lower(module, Plan())
+    original, roundtrip = compile_module(program.linalg), compile_module(planned)
     assert roundtrip.dispatch_count == original.dispatch_count
-    arrays = [x.numpy() for x in inputs]
+    arrays = [*program.state.values(), *(x.numpy() for x in inputs)]
     a, b = load(original)(*arrays)[0], load(roundtrip)(*arrays)[0]
     np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
 

@@ -1,6 +1,7 @@
 """The command-line tools behave like their MLIR counterparts."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -61,9 +62,11 @@ def test_sft_compile_searches_and_writes_a_report_and_plan(tmp_path):
     script.write_text("import torch\nmodel = torch.nn.Linear(64, 128)\n"
                       "example_inputs = (torch.randn(8, 64),)\n")
     report, plan = tmp_path / "report.json", tmp_path / "plan.json"
+    # A cache of its own: the same structure searched by another test would be replayed.
+    env = {**os.environ, "SFT_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.run([sys.executable, "-m", "sft.tools.compile", str(script), "--search", "model",
                            "--report", str(report), "--emit", "plan", "-o", str(plan)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(report.read_text())
     assert data["scored"] > 100 and data["kernels"][0]["domain"] == [8, 128, 64]

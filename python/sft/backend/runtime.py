@@ -30,11 +30,26 @@ class Loaded:
         self._ctx.add_vm_module(rt.VmModule.copy_buffer(self._ctx.instance, artifact.vmfb))
         self._fn = self._ctx.modules.module[entry]
 
-    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+    def __call__(self, *arrays) -> list[np.ndarray]:
+        """Results on the host (numpy arrays; a scalar result, an i64 say, as a Python number)."""
+        return [to_host(o) for o in self.call_on_device(*arrays)]
+
+    def call_on_device(self, *arrays) -> list:
+        """Results as they are: device arrays stay on the device (to be passed to a later call
+        without a copy through the host)."""
         out = self._fn(*arrays)
-        outs = out if isinstance(out, (tuple, list)) else [out]
-        # A scalar result (an i64 the function returns) comes back as a Python number.
-        return [np.asarray(o.to_host()) if hasattr(o, "to_host") else o for o in outs]
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def upload(self, array: np.ndarray):
+        """`array` copied to the device once, to be passed to many calls."""
+        import iree.runtime as rt
+
+        return rt.asdevicearray(self._ctx.config.device, np.ascontiguousarray(array)
+                                if array.ndim else array)
+
+
+def to_host(value):
+    return np.asarray(value.to_host()) if hasattr(value, "to_host") else value
 
 
 def load(artifact: Artifact, entry: str = "main", driver: str = "") -> Loaded:

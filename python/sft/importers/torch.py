@@ -40,8 +40,27 @@ def _refuse_uint8(prog, model_name: str) -> None:
                                "as signed int8; cast to int16 or int32", model_name)
 
 
-def _signature(prog, inputs) -> Signature:
-    """Which flat results are the model's outputs, constants, or inputs updated in place."""
+def _state(prog, model_name: str) -> dict:
+    """The program's state, in argument order: parameters, buffers (persistent or not) and the
+    constant tensors torch.export lifted, by name. They come before the user's inputs."""
+    from torch.export.graph_signature import InputKind
+
+    state, user_seen = {}, False
+    for spec in prog.graph_signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            user_seen = True
+            continue
+        if spec.kind not in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            raise SftError(f"unsupported graph input '{spec.arg.name}' ({spec.kind.name})", model_name)
+        if user_seen:
+            raise SftError(f"state input '{spec.target}' after the user's inputs", model_name)
+        value = prog.state_dict[spec.target] if spec.target in prog.state_dict else prog.constants[spec.target]
+        state[spec.target] = value.detach()
+    return state
+
+
+def _signature(prog, inputs, state: dict) -> Signature:
+    """Which flat results are the model's outputs, constants, state or inputs updated in place."""
     from torch.export.graph_signature import ConstantArgument, OutputKind
     from torch.utils import _pytree
 
@@ -50,20 +69,26 @@ def _signature(prog, inputs) -> Signature:
     for spec in prog.graph_signature.output_specs:
         if spec.kind == OutputKind.USER_INPUT_MUTATION:
             results.append(Result("mutation", user_inputs.index(spec.target)))
+        elif spec.kind == OutputKind.BUFFER_MUTATION:
+            results.append(Result("state", spec.target))
         elif spec.kind == OutputKind.USER_OUTPUT and isinstance(spec.arg, ConstantArgument):
             results.append(Result("constant", spec.arg.value))
         elif spec.kind == OutputKind.USER_OUTPUT:
             results.append(Result("output"))
-        else:  # a buffer updated in place: frozen inference keeps the buffers as they were
+        else:
             results.append(Result("dropped"))
     out_spec = prog.call_spec.out_spec
     return Signature(tuple(spec_of(x) for x in inputs), tuple(results),
-                     lambda leaves: _pytree.tree_unflatten(leaves, out_spec))
+                     lambda leaves: _pytree.tree_unflatten(leaves, out_spec),
+                     tuple((name, *spec_of(v)) for name, v in state.items()))
 
 
-def import_torch(model, example_inputs, func_name: str = "main") -> tuple[str, Signature]:
-    """Export `model` at `example_inputs`' shapes and lower it to linalg-on-tensors text; the
-    model's own object is left as it was (its train/eval mode included)."""
+def import_torch(model, example_inputs, func_name: str = "main") -> tuple[str, Signature, dict]:
+    """Export `model` at `example_inputs`' shapes and lower it to linalg-on-tensors text whose
+    function takes the model's state (parameters, buffers, lifted constants) as its first
+    arguments, so that no weight is printed into the IR. Returns the text, the signature and
+    the state's values (torch tensors by name). The model's own object is left as it was (its
+    train/eval mode included)."""
     import torch
     from torch_mlir import fx
 
@@ -80,8 +105,9 @@ def import_torch(model, example_inputs, func_name: str = "main") -> tuple[str, S
             prog = torch.export.export(model, inputs, strict=False)
             prog = prog.run_decompositions(fx.get_decomposition_table())
             _refuse_uint8(prog, name)
-            module = fx.export_and_import(prog, output_type="linalg-on-tensors",
-                                          func_name=func_name, decomposition_table={})
+            state = _state(prog, name)
+            module = fx.stateless_fx_import(prog.graph_module, output_type="linalg-on-tensors",
+                                            model_name=func_name)
     except SftError:
         raise
     except Exception as exc:  # torch.export or torch-mlir failed: name the op where we can
@@ -94,4 +120,5 @@ def import_torch(model, example_inputs, func_name: str = "main") -> tuple[str, S
                            where) from None
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         raise SftError(f"could not import the model: {first}", where) from None
-    return module.operation.get_asm(enable_debug_info=False), _signature(prog, inputs)
+    text = module.operation.get_asm(enable_debug_info=False)
+    return text, _signature(prog, inputs, state), state

@@ -38,14 +38,17 @@ def _torch(name: str, compiled: bool):
 
 
 def _iree_default(name: str):
-    from ..api import linalg_of
+    """IREE alone on torch-mlir's import (the model's state uploaded once, as sft does)."""
     from ..backend import compile_module, load
+    from ..program import import_model
+    from ..values import to_numpy
 
     case = BENCH_SUITE[name]
     model, inputs = case.build(), case.inputs()
-    fn = load(compile_module(linalg_of(model, inputs)[0]))
-    arrays = [x.numpy() for x in inputs]
-    return lambda: fn(*arrays)
+    text, _, _, state = import_model(model, inputs)
+    fn = load(compile_module(text))
+    arguments = [fn.upload(to_numpy(v)) for v in state.values()] + [x.numpy() for x in inputs]
+    return lambda: fn(*arguments)
 
 
 def _sft(name: str, search: str):

@@ -8,8 +8,10 @@ import runpy
 import sys
 from pathlib import Path
 
-from .. import ir
-from ..api import _input_specs, _specs_from_mlir, linalg_of, lower, searched_plan, to_sft
+import numpy as np
+
+from ..api import searched_plan
+from ..program import lower, prepare
 from ..backend import TARGETS, compile_module
 from ..backend.iree import target_of
 from ..errors import SftError
@@ -77,21 +79,17 @@ def _compile(args) -> int:
             _check_writable(path)
     if args.input.endswith(".py"):
         model, inputs = _load_python_model(args.input, args.model)
-        linalg, name = linalg_of(model, inputs)
-        specs = _input_specs(inputs)
+        program, module = prepare(model, inputs)
     else:
-        linalg, name = linalg_of(Path(args.input))
-        specs = None
-    sft_module = to_sft(linalg, name)
-    sft_text = ir.print_module(sft_module)
+        program, module = prepare(Path(args.input))
     if args.search != "none" and not args.plan:
-        specs = specs or _specs_from_mlir(linalg)
-        plan, report = searched_plan(sft_text, args.target, args.search, specs, TuningDB())
+        plan, report = searched_plan(program, args.target, args.search, TuningDB())
         print(report.to_text(), file=sys.stderr)
         if args.report:
             write_output(args.report, report.to_json() if args.report.endswith(".json")
                          else report.to_text() + "\n")
-    lowered, planned = lower(sft_module, plan)
+    lowered, planned = lower(module, plan)
+    sft_text = program.sft_text
     if args.emit == "plan":
         write_output(output, plan.to_json() + "\n")
     elif args.emit == "sft":
@@ -103,6 +101,12 @@ def _compile(args) -> int:
         write_output(output, artifact.vmfb)
         run_on = f"; run it with --device={plan.driver}" if plan.driver else ""
         print(f"{output}: {artifact.dispatch_count} dispatches{run_on}", file=sys.stderr)
+        if program.state:  # the module takes the model's state before its inputs
+            params = str(Path(output).with_suffix(".state.npz"))
+            with open(params, "wb") as f:
+                np.savez(f, **program.state)
+            print(f"{params}: its first {len(program.state)} arguments (the model's state, "
+                  "in this order)", file=sys.stderr)
     return 0
 
 

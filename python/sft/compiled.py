@@ -1,0 +1,96 @@
+"""The object `sft.compile` returns: a loaded module that owns the model's state on the device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .backend import load
+from .backend.iree import Artifact
+from .backend.runtime import to_host
+from .errors import SftError
+from .plan import Plan
+from .values import Signature, assemble, check_inputs, to_numpy, to_torch
+
+if TYPE_CHECKING:
+    from .search import SearchReport
+
+
+@dataclass
+class Stages:
+    """The program's text at each step, kept when `keep_ir=True`."""
+
+    linalg: str = ""
+    sft: str = ""
+    lowered: str = ""
+    planned: str = ""
+
+
+@dataclass
+class CompiledModel:
+    """A compiled program. Call it with torch tensors, JAX arrays or numpy arrays, in the order
+    of the example inputs; it returns what the model returns (a tensor, a tuple, a dict, ...)
+    with the model's dtypes and shapes, as arrays of the kind it was called with. Inputs the
+    model updates in place are updated.
+
+    The model's parameters and buffers are uploaded to the device once and stay there between
+    calls; `load_state_dict` swaps in new values without compiling again."""
+
+    artifact: Artifact
+    plan: Plan
+    signature: Signature
+    state: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    stages: Stages = field(default_factory=Stages)
+    opaque_ops: int = 0
+    search: SearchReport | None = None
+    entry: str = "main"
+
+    def __post_init__(self):
+        self._loaded = load(self.artifact, entry=self.entry, driver=self.plan.driver)
+        self._device_state = {}
+        self.load_state_dict(self.state)
+        self.state = {}  # the device holds it now; state_dict() reads it back
+
+    @property
+    def dispatch_count(self) -> int:
+        return self.artifact.dispatch_count
+
+    @property
+    def input_specs(self) -> list[tuple[tuple[int, ...], np.dtype]]:
+        return list(self.signature.inputs)
+
+    def load_state_dict(self, state_dict) -> None:
+        """New values for the model's state (a torch `state_dict()`, or any mapping of names to
+        arrays), checked against the compiled shapes and dtypes and uploaded to the device.
+        Names not given keep their values; names the model does not have are an error."""
+        specs = {name: (shape, dtype) for name, shape, dtype in self.signature.state}
+        unknown = [k for k in state_dict if k not in specs]
+        if unknown:
+            known = ", ".join(list(specs)[:8]) + (", ..." if len(specs) > 8 else "")
+            raise SftError(f"load_state_dict: unknown names {unknown[:5]} (the model has {known})")
+        for name, value in state_dict.items():
+            array = to_numpy(value)
+            shape, dtype = specs[name]
+            if tuple(array.shape) != shape or array.dtype != dtype:
+                raise SftError(f"load_state_dict: '{name}' is {array.dtype}{list(array.shape)}, "
+                               f"the model has {np.dtype(dtype)}{list(shape)}")
+            self._device_state[name] = self._loaded.upload(array)
+
+    def state_dict(self) -> dict:
+        """The model's state as it is on the device now, as torch tensors by name."""
+        return {name: to_torch(to_host(value)) for name, value in self._device_state.items()}
+
+    def __call__(self, *args):
+        arrays = check_inputs(args, self.signature.inputs)
+        state = [self._device_state[name] for name, _, _ in self.signature.state]
+        outs = self._loaded.call_on_device(*state, *arrays)
+        host = []
+        for result, out in zip(self.signature.results or [None] * len(outs), outs):
+            if result is not None and result.kind == "state":  # a buffer the model updates
+                self._device_state[result.value] = out
+                host.append(None)
+            else:
+                host.append(to_host(out))
+        return assemble(host, args, self.signature)

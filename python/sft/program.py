@@ -1,0 +1,145 @@
+"""A model stated in sft: the front ends' output raised, with what calling it needs (its
+signature and state), and the lowering of a plan back to the linalg IREE compiles."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import ir
+from .errors import SftError
+from .importers import import_mlir_file, import_mlir_text, import_torch
+from .passes import LowerPass, RaisePass, VerifyPass
+from .passes.apply_plan import ApplyPlanPass
+from .passes.expand_batch import ExpandBatchPass
+from .passes.reassociate import ReassociatePass
+from .plan import Plan
+from .values import NP_TYPES, Signature, to_numpy
+
+
+def to_sft(linalg_text: str, filename: str = "<input>"):
+    """Parse linalg text into sft's context and raise it; returns the module."""
+    module = ir.parse(ir.sft_context(), linalg_text, filename)
+    ir.verify(module, filename)
+    RaisePass()(module)  # sft ops already in the input stay as they are
+    VerifyPass()(module)
+    return module
+
+
+def lower(sft_module, plan: Plan) -> tuple[str, str]:
+    """sft -> linalg text, then the plan imposed in IREE's context; returns (lowered, planned).
+    Consumes the module."""
+    ExpandBatchPass(plan.expand)(sft_module)
+    ReassociatePass(plan.orders)(sft_module)
+    LowerPass()(sft_module)
+    lowered = ir.print_module(sft_module)
+    iree_module = ir.parse(ir.iree_ir.Context(), lowered, "")
+    ApplyPlanPass(plan)(iree_module)
+    return lowered, ir.print_module(iree_module)
+
+
+def entry_function(module, filename: str = "<input>"):
+    """The function a module is called through: `@main`, else its only public function."""
+    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+    public = [f for f in funcs if "sym_visibility" not in f.attributes
+              or ir.tm.StringAttr(f.attributes["sym_visibility"]).value == "public"]
+    names = [ir.tm.StringAttr(f.attributes["sym_name"]).value for f in public]
+    if "main" in names:
+        return public[names.index("main")]
+    if len(public) == 1:
+        return public[0]
+    if not public:
+        raise SftError("the module has no public func.func to call", filename)
+    raise SftError(f"the module has {len(public)} public functions ({', '.join('@' + n for n in names)}) "
+                   "and none is @main: which one to call is ambiguous", filename)
+
+
+def module_signature(module, filename: str = "<input>") -> tuple[Signature, str]:
+    """The entry function's arguments (static shapes required) and its name."""
+    func = entry_function(module, filename)
+    name = ir.tm.StringAttr(func.attributes["sym_name"]).value
+    specs = []
+    for i, arg in enumerate(func.regions[0].blocks[0].arguments):
+        loc = ir.where(func.location) or filename
+        if not isinstance(arg.type, ir.tm.RankedTensorType):
+            raise SftError(f"argument {i} of @{name} is {arg.type}: only ranked tensors are supported", loc)
+        ty = ir.tm.RankedTensorType(arg.type)
+        if not ty.has_static_shape:
+            raise SftError(f"argument {i} of @{name} is {ty}: dynamic shapes are not supported; "
+                           "compile for the shapes it will be called with", loc)
+        if str(ty.element_type) not in NP_TYPES:
+            raise SftError(f"argument {i} of @{name} is {ty}: element type {ty.element_type} "
+                           "is not supported", loc)
+        specs.append((tuple(ty.shape), np.dtype(NP_TYPES[str(ty.element_type)])))
+    return Signature(tuple(specs)), name
+
+
+def _is_mlir_path(model) -> bool:
+    return isinstance(model, Path) or (isinstance(model, str) and model.endswith(".mlir")
+                                       and "\n" not in model)
+
+
+def import_model(model, example_inputs=()) -> tuple[str, str, Signature | None, dict]:
+    """(linalg text, a name for error messages, the front end's signature or None, the state
+    by name) for a torch module, a JAX function, MLIR text or an .mlir path."""
+    if _is_mlir_path(model):
+        return import_mlir_file(model), str(model), None, {}
+    if isinstance(model, str):
+        return import_mlir_text(model), "<input>", None, {}
+    if callable(model) and not hasattr(model, "state_dict"):  # a function, not a torch module
+        from .importers.jax import import_jax
+
+        text, signature = import_jax(model, example_inputs)
+        return text, getattr(model, "__name__", type(model).__name__), signature, {}
+    text, signature, state = import_torch(model, example_inputs)
+    return text, type(model).__name__, signature, state
+
+
+@dataclass
+class Program:
+    """A model in the sft dialect, ready to be searched and lowered.
+
+    `sft_text` is the program's structure only (ops, shapes, dtypes: weights are arguments), so
+    its hash is the search's workload key. `state` holds the values of the arguments that come
+    before the user's inputs (parameters, buffers), as numpy arrays by name."""
+
+    name: str
+    linalg: str
+    sft_text: str
+    signature: Signature
+    entry: str
+    state: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def workload(self) -> str:
+        return hashlib.sha256(self.sft_text.encode()).hexdigest()[:24]
+
+    def module(self):
+        """A fresh sft module of the program (lowering consumes one)."""
+        return to_sft(self.sft_text, self.name)
+
+    def timing_inputs(self) -> list[np.ndarray]:
+        """Arguments to time the program on: its state, then random user inputs."""
+        rng = np.random.default_rng(0)
+        inputs = [rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
+                  else np.zeros(shape, dtype) for shape, dtype in self.signature.inputs]
+        return [*self.state.values(), *inputs]
+
+
+def prepare(model, example_inputs=()) -> tuple[Program, object]:
+    """Import and raise a model; returns the Program and its raised sft module (which the
+    caller may consume once, saving a parse)."""
+    linalg, name, signature, state = import_model(model, example_inputs)
+    module = to_sft(linalg, name)
+    arguments, entry = module_signature(module, name)
+    if signature is None:
+        signature = arguments
+    elif len(arguments.inputs) != len(signature.state) + len(signature.inputs):
+        raise SftError(f"the imported function takes {len(arguments.inputs)} arguments, the "
+                       f"model {len(signature.state)} state tensors and {len(signature.inputs)} inputs", name)
+    program = Program(name, linalg, ir.print_module(module), signature, entry,
+                      {k: to_numpy(v) for k, v in state.items()})
+    return program, module
