@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from tqdm import tqdm
@@ -47,15 +49,21 @@ def count_opaque(sft_text: str) -> int:
     return sft_text.count('"sft.opaque"')
 
 
+def _profiles(requests: list[tuple[str, tuple[str, ...]]], target: str) -> list:
+    """IREE's profile of each (program text, dispatch-forming flags), compiled side by side:
+    each is a separate iree-compile process, and a search needs up to eight of them."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return list(pool.map(lambda r: profile(r[0], target, r[1]), requests))
+
+
 def iree_view(module, target: str, options) -> tuple[list, dict]:
     """The contraction kernels of an sft module, and IREE's view of the program (its dispatches
     and default configs) under each set of dispatch-forming flags that `options` use. Consumes
     the module."""
     kernels = contraction_kernels(module)
     default_text = lower(module, Plan())[1]
-    profiles = {flags: profile(default_text, target, flags)
-                for flags in sorted({o.formation_flags for o in options})}
-    return kernels, profiles
+    flag_sets = sorted({o.formation_flags for o in options})
+    return kernels, dict(zip(flag_sets, _profiles([(default_text, f) for f in flag_sets], target)))
 
 
 REWRITE_MARGIN = 0.03  # a graph rewrite must predict this much gain over the program as written
@@ -65,11 +73,12 @@ def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
     """The plan the cost model predicts fastest for `target` (described by `desc`), and the
     search's report."""
     options = option_space(target)
+    flag_sets = sorted({o.formation_flags for o in options})
     # Batch expansion changes which dispatches IREE forms (and can bring two contractions next
     # to each other, making a chain), so the program is searched both ways, each on IREE's own
     # view of it; it is kept as written unless the expansion predicts a clear gain.
     written_module = to_sft(sft_text)
-    reports, orders = {}, {}
+    variants, orders = {}, {}
     for expand in dict.fromkeys([(), expandable(written_module)]):
         variant = to_sft(sft_text) if expand else written_module
         ExpandBatchPass(expand)(variant)
@@ -78,7 +87,14 @@ def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
         seconds = time.perf_counter() - start
         orders[expand] = plan_orders(chains)
         ReassociatePass(orders[expand])(variant)
-        reports[expand] = search_program(*iree_view(variant, target, options), desc, options)
+        kernels = contraction_kernels(variant)
+        variants[expand] = (kernels, lower(variant, Plan())[1], chains, seconds)
+    requests = [(expand, flags) for expand in variants for flags in flag_sets]
+    found = _profiles([(variants[e][1], flags) for e, flags in requests], target)
+    reports = {}
+    for expand, (kernels, _, chains, seconds) in variants.items():
+        profiles = {flags: p for (e, flags), p in zip(requests, found) if e == expand}
+        reports[expand] = search_program(kernels, profiles, desc, options)
         reports[expand].add_chains(chains, seconds)
     written = reports[()].ranked[0].predicted
     expand = min(reports, key=lambda e: reports[e].ranked[0].predicted)
@@ -128,22 +144,31 @@ def compile_program(program: Program, module, target: str = "host", plan: Plan |
         raise SftError(f"search must be 'none', 'model' or 'verify', not {search!r}")
     if target not in TARGETS:
         raise SftError(f"unknown target {target!r} (known: {', '.join(sorted(TARGETS))})")
-    report = None
+    report, seconds = None, program.seconds
+    start = time.perf_counter()
     if plan is None and search != "none":
         plan, report = searched_plan(program, target, search, TuningDB())
+        seconds["search"] = time.perf_counter() - start
     plan = plan or Plan()
     try:
-        lowered, planned = lower(module, plan)
-        artifact = compile_module(planned, target, plan.flags)
+        lowered, planned, artifact = _lower_and_compile(module, plan, target, seconds)
     except SftError:
         if report is None:
             raise
         # A searched (or replayed) plan that does not apply or that IREE refuses is discarded,
         # never fatal: fall back to IREE's choice.
         plan, report.fallback = Plan(), True
-        lowered, planned = lower(program.module(), plan)
-        artifact = compile_module(planned, target)
+        lowered, planned, artifact = _lower_and_compile(program.module(), plan, target, seconds)
     return plan, report, lowered, planned, artifact
+
+
+def _lower_and_compile(module, plan: Plan, target: str, seconds: dict):
+    start = time.perf_counter()
+    lowered, planned = lower(module, plan)
+    lowered_at = time.perf_counter()
+    artifact = compile_module(planned, target, plan.flags)
+    seconds.update({"lower": lowered_at - start, "iree-compile": time.perf_counter() - lowered_at})
+    return lowered, planned, artifact
 
 
 def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = None,
@@ -163,4 +188,4 @@ def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = 
     plan, report, lowered, planned, artifact = compile_program(program, module, target, plan, search)
     stages = Stages(program.linalg, program.sft_text, lowered, planned) if keep_ir else Stages()
     return CompiledModel(artifact, plan, program.signature, program.state, stages,
-                         count_opaque(program.sft_text), report, program.entry)
+                         count_opaque(program.sft_text), report, program.entry, program.seconds)

@@ -46,6 +46,7 @@ class CompiledModel:
     opaque_ops: int = 0
     search: SearchReport | None = None
     entry: str = "main"
+    seconds: dict = field(default_factory=dict)  # compile time per phase (import, raise, ...)
 
     def __post_init__(self):
         self._loaded = load(self.artifact, entry=self.entry, driver=self.plan.driver)
@@ -83,6 +84,8 @@ class CompiledModel:
         return {name: to_torch(to_host(value)) for name, value in self._device_state.items()}
 
     def __call__(self, *args):
+        if self.signature.flatten is not None:
+            args = tuple(self.signature.flatten(args))
         arrays = check_inputs(args, self.signature.inputs)
         state = [self._device_state[name] for name, _, _ in self.signature.state]
         outs = self._loaded.call_on_device(*state, *arrays)

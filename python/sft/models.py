@@ -39,18 +39,33 @@ class CausalSelfAttention(nn.Module):
         return self.proj(y)
 
 
-class GPT2Block(nn.Module):
-    """Token + position embedding, one pre-norm decoder block, and the LM head."""
+class DecoderBlock(nn.Module):
+    """One pre-norm GPT-2 decoder block: masked attention and a GELU MLP, each residual."""
 
-    def __init__(self, vocab: int = 512, dim: int = 128, heads: int = 4, max_len: int = 64):
+    def __init__(self, dim: int, heads: int, max_len: int):
         super().__init__()
-        self.tok = nn.Embedding(vocab, dim)
-        self.pos = nn.Embedding(max_len, dim)
         self.ln1 = nn.LayerNorm(dim)
         self.attn = CausalSelfAttention(dim, heads, max_len)
         self.ln2 = nn.LayerNorm(dim)
         self.fc = nn.Linear(dim, 4 * dim)
         self.out = nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT2(nn.Module):
+    """A GPT-2 language model: token + position embedding, `layers` decoder blocks, the final
+    norm and the LM head. GPT-2 small is GPT2(50257, 768, 12, 1024, 12): 124M parameters (the
+    head shares nothing here, so 163M)."""
+
+    def __init__(self, vocab: int = 512, dim: int = 128, heads: int = 4, max_len: int = 64,
+                 layers: int = 1):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(max_len, dim)
+        self.blocks = nn.ModuleList(DecoderBlock(dim, heads, max_len) for _ in range(layers))
         self.ln_f = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
 
@@ -58,9 +73,12 @@ class GPT2Block(nn.Module):
         t = idx.shape[1]
         pos = torch.arange(t, device=idx.device)
         x = self.tok(idx) + self.pos(pos)
-        x = x + self.attn(self.ln1(x))
-        x = x + self.out(F.gelu(self.fc(self.ln2(x))))
+        for block in self.blocks:
+            x = block(x)
         return self.head(self.ln_f(x))
+
+
+GPT2Block = GPT2  # one decoder block by default
 
 
 class ConvBlock(nn.Module):
@@ -186,4 +204,15 @@ BENCH_SUITE: dict[str, ModelCase] = {
         ModelCase("mlp_b1", _prep(MLP), _randn(1, 256)),
         ModelCase("mlp_b128", _prep(MLP), _randn(128, 256)),
     ]},
+}
+
+# Models whose compile cost is the point (sft-bench compile), too large to time call by call.
+LARGE_SUITE: dict[str, ModelCase] = {
+    case.name: case
+    for case in [
+        ModelCase("gpt2_small", _prep(lambda: GPT2(50257, 768, 12, 1024, 12)),
+                  lambda: (torch.randint(0, 50257, (1, 128)),)),
+        ModelCase("gpt2_4layer_d256", _prep(lambda: GPT2(50257, 256, 4, 256, 4)),
+                  lambda: (torch.randint(0, 50257, (1, 64)),)),
+    ]
 }

@@ -4,6 +4,7 @@ signature and state), and the lowering of a plan back to the linalg IREE compile
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,6 +113,7 @@ class Program:
     signature: Signature
     entry: str
     state: dict[str, np.ndarray] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # time spent per phase so far
 
     @property
     def workload(self) -> str:
@@ -132,7 +134,9 @@ class Program:
 def prepare(model, example_inputs=()) -> tuple[Program, object]:
     """Import and raise a model; returns the Program and its raised sft module (which the
     caller may consume once, saving a parse)."""
+    start = time.perf_counter()
     linalg, name, signature, state = import_model(model, example_inputs)
+    imported = time.perf_counter()
     module = to_sft(linalg, name)
     arguments, entry = module_signature(module, name)
     if signature is None:
@@ -141,5 +145,6 @@ def prepare(model, example_inputs=()) -> tuple[Program, object]:
         raise SftError(f"the imported function takes {len(arguments.inputs)} arguments, the "
                        f"model {len(signature.state)} state tensors and {len(signature.inputs)} inputs", name)
     program = Program(name, linalg, ir.print_module(module), signature, entry,
-                      {k: to_numpy(v) for k, v in state.items()})
+                      {k: to_numpy(v) for k, v in state.items()},
+                      {"import": imported - start, "raise": time.perf_counter() - imported})
     return program, module

@@ -40,6 +40,9 @@ class Signature:
     unflatten: Callable[[list], object] | None = None
     # The model's state (name, shape, dtype), passed before the inputs: parameters, buffers.
     state: tuple[tuple[str, tuple[int, ...], np.dtype], ...] = ()
+    # A front end's pytrees: flatten(args) turns a call's positional arguments into the flat
+    # inputs, raising SftError on another structure; None means the arguments are flat already.
+    flatten: Callable[[tuple], list] | None = None
 
 
 def is_torch(x) -> bool:

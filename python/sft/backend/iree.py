@@ -250,3 +250,17 @@ def profile(text: str, target: Target | str = "host", flags: tuple[str, ...] = (
     found = parse_profile(configured)
     cache.write_profile(entry_key, found)
     return found
+
+
+def convert_input(text: str, input_type: str, timeout: float | None = None) -> str:
+    """A front end's program (`input_type`: stablehlo, tosa, ...) through iree-compile's input
+    phase only (`--compile-to=input`): linalg on tensors, in IREE's `util.func` form. f64 is kept:
+    the input phase is where IREE would demote it to f32."""
+    with scratch_dir() as tmp:
+        src, out = _compiler_input(tmp, text), tmp / "out.mlir"
+        _run_compile([str(src), "-o", str(out), f"--iree-input-type={input_type}", KEEP_F64,
+                      "--compile-to=input"], timeout)
+        try:
+            return out.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise SftError(f"iree-compile exited 0 but wrote no readable program ({err})") from None

@@ -38,6 +38,8 @@ class Loaded:
         """Results as they are: device arrays stay on the device (to be passed to a later call
         without a copy through the host)."""
         out = self._fn(*arrays)
+        if out is None:  # a function with no results
+            return []
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
     def upload(self, array: np.ndarray):

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from ..models import BENCH_SUITE
+from ..models import BENCH_SUITE, LARGE_SUITE
 from .opt import run_tool
 
 
@@ -196,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(prog="sft-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=("speed", "quality"))
+    p.add_argument("mode", choices=("speed", "quality", "compile"),
+                   help="speed: time per call; quality: the cost model against measurement; "
+                        "compile: compile time and peak memory (default models: the large ones)")
     p.add_argument("models", nargs="*", help=f"models (default: all of {', '.join(BENCH_SUITE)})")
     p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
     p.add_argument("--calls", type=int, default=50, help="calls per round (speed)")
@@ -207,11 +209,16 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--json", metavar="FILE", help="write every number as JSON")
     p.add_argument("--plot", metavar="PNG", help="quality: draw predicted vs measured")
     args = p.parse_args(argv)
-    unknown = [m for m in args.models if m not in BENCH_SUITE]
+    known = {**BENCH_SUITE, **LARGE_SUITE}
+    unknown = [m for m in args.models if m not in known]
     if unknown:
-        p.error(f"unknown model(s) {unknown}; known: {', '.join(BENCH_SUITE)}")
-    models = args.models or list(BENCH_SUITE)
-    if args.mode == "speed":
+        p.error(f"unknown model(s) {unknown}; known: {', '.join(known)}")
+    models = args.models or list(LARGE_SUITE if args.mode == "compile" else BENCH_SUITE)
+    if args.mode == "compile":
+        from .compile_cost import run as compile_cost
+
+        result = {"rows": compile_cost(models)}
+    elif args.mode == "speed":
         result = speed(models, args.rounds, args.calls, not args.no_torch_compile)
     else:
         result = quality(models, args.kernels, args.candidates, max(3, args.rounds // 2), args.seed)
