@@ -184,7 +184,12 @@ def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = 
     """
     if target not in TARGETS:  # before the import, which can take a while
         raise SftError(f"unknown target {target!r} (known: {', '.join(sorted(TARGETS))})")
-    program, module = prepare(model, example_inputs)
+    return compile_prepared(*prepare(model, example_inputs), target, plan, search, keep_ir)
+
+
+def compile_prepared(program: Program, module, target: str = "host", plan: Plan | None = None,
+                     search: str = "none", keep_ir: bool = False) -> CompiledModel:
+    """`compile` of a prepared program (`module` is its raised sft module, consumed)."""
     plan, report, lowered, planned, artifact = compile_program(program, module, target, plan, search)
     stages = Stages(program.linalg, program.sft_text, lowered, planned) if keep_ir else Stages()
     return CompiledModel(artifact, plan, program.signature, program.state, stages,

@@ -135,8 +135,15 @@ def prepare(model, example_inputs=()) -> tuple[Program, object]:
     """Import and raise a model; returns the Program and its raised sft module (which the
     caller may consume once, saving a parse)."""
     start = time.perf_counter()
-    linalg, name, signature, state = import_model(model, example_inputs)
-    imported = time.perf_counter()
+    imported = import_model(model, example_inputs)
+    return program_from(*imported, import_seconds=time.perf_counter() - start)
+
+
+def program_from(linalg: str, name: str, signature: Signature | None, state: dict,
+                 import_seconds: float = 0.0) -> tuple[Program, object]:
+    """Raise a front end's output (linalg text whose function takes `state`'s values, then the
+    inputs `signature` describes); returns the Program and its raised sft module."""
+    start = time.perf_counter()
     module = to_sft(linalg, name)
     arguments, entry = module_signature(module, name)
     if signature is None:
@@ -146,5 +153,5 @@ def prepare(model, example_inputs=()) -> tuple[Program, object]:
                        f"model {len(signature.state)} state tensors and {len(signature.inputs)} inputs", name)
     program = Program(name, linalg, ir.print_module(module), signature, entry,
                       {k: to_numpy(v) for k, v in state.items()},
-                      {"import": imported - start, "raise": time.perf_counter() - imported})
+                      {"import": import_seconds, "raise": time.perf_counter() - start})
     return program, module
