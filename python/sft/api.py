@@ -89,13 +89,28 @@ def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
         ReassociatePass(orders[expand])(variant)
         kernels = contraction_kernels(variant)
         variants[expand] = (kernels, lower(variant, Plan())[1], chains, seconds)
-    requests = [(expand, flags) for expand in variants for flags in flag_sets]
-    found = _profiles([(variants[e][1], flags) for e, flags in requests], target)
-    reports = {}
-    for expand, (kernels, _, chains, seconds) in variants.items():
-        profiles = {flags: p for (e, flags), p in zip(requests, found) if e == expand}
-        reports[expand] = search_program(kernels, profiles, desc, options)
-        reports[expand].add_chains(chains, seconds)
+    # IREE's profiles are most of a search's time. A rewrite is first searched under IREE's
+    # default dispatch formation only, beside the program as written under every option; it
+    # gets the other formations' profiles only when it already predicts a clear gain there.
+    default_only = [o for o in options if not o.formation_flags]
+    requests = [((), flags) for flags in flag_sets] + [(e, ()) for e in variants if e]
+    profiles = dict(zip(requests, _profiles([(variants[e][1], f) for e, f in requests], target)))
+
+    def searched(expand, opts):
+        kernels, _, chains, seconds = variants[expand]
+        report = search_program(kernels, {f: p for (e, f), p in profiles.items() if e == expand},
+                                desc, opts)
+        report.add_chains(chains, seconds)
+        return report
+
+    reports = {(): searched((), options)}
+    written_default = min(o.predicted for o in reports[()].ranked if not o.options.formation_flags)
+    for expand in [e for e in variants if e]:
+        reports[expand] = searched(expand, default_only)
+        if reports[expand].ranked[0].predicted < written_default * (1.0 - REWRITE_MARGIN):
+            more = [(expand, f) for f in flag_sets if f]
+            profiles.update(zip(more, _profiles([(variants[expand][1], f) for _, f in more], target)))
+            reports[expand] = searched(expand, options)
     written = reports[()].ranked[0].predicted
     expand = min(reports, key=lambda e: reports[e].ranked[0].predicted)
     if reports[expand].ranked[0].predicted > written * (1.0 - REWRITE_MARGIN):
