@@ -13,6 +13,7 @@ from . import ir
 from .errors import SftError
 from .ir import run_pipeline
 from .passes import PASSES
+from .syntax import split_top_level
 
 _UNREGISTERED = re.compile(r"'([^']+)' does not refer to a registered pass or pass pipeline")
 
@@ -39,18 +40,7 @@ def check_upstream(module, step: str) -> None:
 
 def split_pipeline(text: str) -> list[str]:
     """Split at commas that are not inside (), {} or []."""
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        depth += ch in "({["
-        depth -= ch in ")}]"
-        if ch == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += ch
-    if current.strip():
-        parts.append(current.strip())
-    return parts
+    return split_top_level(text)
 
 
 def run(module, pipeline: str | list[str], filename: str = "<input>") -> None:

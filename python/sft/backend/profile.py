@@ -13,6 +13,8 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
+from ..syntax import split_top_level
+
 _FUNC = re.compile(r"func\.func @\w+_dispatch_(\d+)_(\w+?)\(")
 _DIMS = re.compile(r"_(\d+(?:x\d+)+)(?:_|x[a-z]|$)")
 _BUFFER = re.compile(r"hal\.interface\.binding\.subspan.*?: memref<((?:\d+x)+)([a-z]+)(\d+)")
@@ -39,17 +41,7 @@ def _bracketed(text: str, start: int, open_: str = "<", close: str = ">") -> int
 
 
 def _split_top(text: str) -> list[str]:
-    """Split at commas outside any brackets."""
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        depth += ch in "<[({"
-        depth -= ch in ">])}"
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    return [p.strip() for p in parts + [current] if p.strip()]
+    return split_top_level(text, "<[({", ">])}")
 
 
 def parse_lowering_config(body: str) -> dict[str, object]:
