@@ -5,6 +5,10 @@
                      each variant times in a process of its own, taking turns (medians of rounds)
   sft-bench quality  the cost model against measurement on sampled tile candidates of the
                      models' contraction kernels: Spearman, pairwise accuracy, top-1/5 recall
+  sft-bench train    ms per training step (forward, loss, backward, optimizer) under eager,
+                     torch.compile, IREE's default on the same joint graph, sft model and verify
+  sft-bench compile  compile time, peak memory and IR size of IREE's path and of sft.compile
+                     (none, model), each in a fresh process and cache, with numerics vs eager
 
 Ratios are speed-ups (higher is faster). --json writes every number for tracking.
 """
@@ -196,9 +200,10 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(prog="sft-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=("speed", "quality", "compile"),
+    p.add_argument("mode", choices=("speed", "quality", "compile", "train"),
                    help="speed: time per call; quality: the cost model against measurement; "
-                        "compile: compile time and peak memory (default models: the large ones)")
+                        "compile: compile time and peak memory (default models: the large ones); "
+                        "train: time per training step")
     p.add_argument("models", nargs="*", help=f"models (default: all of {', '.join(BENCH_SUITE)})")
     p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
     p.add_argument("--calls", type=int, default=50, help="calls per round (speed)")
@@ -209,12 +214,19 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--json", metavar="FILE", help="write every number as JSON")
     p.add_argument("--plot", metavar="PNG", help="quality: draw predicted vs measured")
     args = p.parse_args(argv)
-    known = {**BENCH_SUITE, **LARGE_SUITE}
+    from .bench_train import TRAIN_SUITE
+
+    known = TRAIN_SUITE if args.mode == "train" else {**BENCH_SUITE, **LARGE_SUITE}
     unknown = [m for m in args.models if m not in known]
     if unknown:
         p.error(f"unknown model(s) {unknown}; known: {', '.join(known)}")
-    models = args.models or list(LARGE_SUITE if args.mode == "compile" else BENCH_SUITE)
-    if args.mode == "compile":
+    default = {"compile": LARGE_SUITE, "train": TRAIN_SUITE}.get(args.mode, BENCH_SUITE)
+    models = args.models or list(default)
+    if args.mode == "train":
+        from .bench_train import train
+
+        result = train(models, args.rounds, args.calls, not args.no_torch_compile)
+    elif args.mode == "compile":
         from .compile_cost import run as compile_cost
 
         result = {"rows": compile_cost(models)}

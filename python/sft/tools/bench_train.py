@@ -1,0 +1,238 @@
+"""sft-bench train: milliseconds per training step (forward, loss, backward, optimizer update).
+
+Variants, each timed in a process of its own, taking turns round after round (medians):
+  eager          PyTorch: loss.backward(); opt.step(); opt.zero_grad()
+  torch_compile  torch.compile of that same eager step
+  iree           IREE's own compile of the traced step (torch-mlir's linalg as it is, no sft),
+                 its state kept on the device as sft keeps it
+  model, verify  sft.compile_train_step with search="model" and search="verify"
+Ratios are speed-ups (higher is faster).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TrainCase:
+    """A model, its loss, its optimizer and a batch to train it on."""
+
+    name: str
+    build: Callable          # () -> torch.nn.Module (seeded, in the mode it trains in)
+    loss: Callable           # (output, target) -> 0-d loss
+    optimizer: Callable      # (parameters) -> torch.optim.Optimizer
+    batch: Callable          # () -> (*inputs, target)
+
+
+def _ce(logits, target):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits, target)
+
+
+def _ce_tokens(logits, target):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits.flatten(0, 1), target.flatten())
+
+
+def _sgd(params):
+    import torch
+
+    return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
+
+def _adamw(params):
+    import torch
+
+    return torch.optim.AdamW(params, lr=1e-3)
+
+
+def _seeded(make):
+    def build():
+        import torch
+
+        torch.manual_seed(0)
+        return make().train()
+    return build
+
+
+def _mlp():
+    from ..models import MLP
+
+    return MLP((256, 1024, 256))
+
+
+def _gpt(**kw):
+    from ..models import GPT2Block
+
+    return lambda: GPT2Block(**kw)
+
+
+def _cnn():
+    import torch
+
+    from ..models import ConvBlock
+
+    return torch.nn.Sequential(ConvBlock(3, 16), torch.nn.Linear(16, 10))
+
+
+def _floats_and_classes(shape, classes, target_shape):
+    def batch():
+        import torch
+
+        g = torch.Generator().manual_seed(1)
+        return (torch.randn(*shape, generator=g), torch.randint(0, classes, target_shape, generator=g))
+    return batch
+
+
+def _tokens(vocab, b, t):
+    def batch():
+        import torch
+
+        g = torch.Generator().manual_seed(1)
+        return (torch.randint(0, vocab, (b, t), generator=g), torch.randint(0, vocab, (b, t), generator=g))
+    return batch
+
+
+TRAIN_SUITE: dict[str, TrainCase] = {c.name: c for c in [
+    *[TrainCase(f"mlp_b{b}", _seeded(_mlp), _ce, _sgd, _floats_and_classes((b, 256), 256, (b,)))
+      for b in (8, 32, 128)],
+    TrainCase("gpt2_block", _seeded(_gpt()), _ce_tokens, _adamw, _tokens(512, 2, 32)),
+    TrainCase("gpt2_block_large", _seeded(_gpt(vocab=1024, dim=256, heads=8, max_len=128)),
+              _ce_tokens, _adamw, _tokens(1024, 2, 64)),
+    TrainCase("cnn", _seeded(_cnn), _ce, _sgd, _floats_and_classes((8, 3, 32, 32), 10, (8,))),
+]}
+
+
+# Builders run in the timing worker processes: each returns the callable to time (one step).
+def _torch_step(name: str, compiled: bool):
+    import torch
+
+    case = TRAIN_SUITE[name]
+    model = case.build()
+    opt, (*inputs, target) = case.optimizer(model.parameters()), case.batch()
+
+    def step():
+        loss = case.loss(model(*inputs), target)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+    return torch.compile(step) if compiled else step
+
+
+def _iree_step(name: str):
+    """IREE alone on the traced step: torch-mlir's linalg compiled as it is; the updated state
+    is passed back to the next call on the device, and the loss read back, as sft does."""
+    from ..backend import compile_module, load
+    from ..backend.runtime import to_host
+    from ..importers.torch_train import trace_train_step
+    from ..values import to_numpy
+
+    case = TRAIN_SUITE[name]
+    model = case.build()
+    batch = case.batch()
+    graph = trace_train_step(model, case.loss, case.optimizer(model.parameters()), batch)
+    fn = load(compile_module(graph.linalg))
+    names = list(graph.state)
+    state = [fn.upload(to_numpy(v)) for v in graph.state.values()]
+    where = [names.index(r.value) for r in graph.signature.results[1:]]
+    arrays = [to_numpy(x) for x in batch]
+
+    def step():
+        loss, *new = fn.call_on_device(*state, *arrays)
+        for i, value in zip(where, new):
+            state[i] = value
+        return to_host(loss)
+    return step
+
+
+def _sft_step(name: str, search: str):
+    from ..train import compile_train_step
+    from ..values import to_numpy
+
+    case = TRAIN_SUITE[name]
+    model = case.build()
+    batch = case.batch()
+    step = compile_train_step(model, case.loss, case.optimizer(model.parameters()), batch,
+                              search=search)  # replays the parent's search
+    arrays = [to_numpy(x) for x in batch]
+    return lambda: step(*arrays)
+
+
+def _geomean(xs) -> float:
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def _matches(case: TrainCase, step, steps: int = 3) -> bool:
+    """The compiled step's losses against PyTorch's own steps on a copy of the model."""
+    model = case.build()
+    opt, batch = case.optimizer(model.parameters()), case.batch()
+    ok = True
+    for _ in range(steps):
+        got = float(step(*batch))
+        loss = case.loss(model(*batch[:-1]), batch[-1])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        ok &= bool(np.isclose(got, loss.item(), rtol=1e-4, atol=1e-6))
+    return ok
+
+
+def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = True) -> dict:
+    """Time one training step of each model in `models` (names of TRAIN_SUITE) under every
+    variant; prints a table and returns every number (rows and geomean summary)."""
+    from ..backend.timing import time_in_processes
+    from ..train import compile_train_step
+
+    header = (f"{'model':<18}{'ok':>3}{'disp':>5}{'chosen (verify)':>34}{'eager':>8}{'t.comp':>8}"
+              f"{'iree':>8}{'model':>8}{'verify':>8}{'verify/iree':>12}{'model/iree':>11}"
+              f"{'model/verify':>13}{'verify/torch':>13}")
+    print(header + "\n" + "-" * len(header), flush=True)
+    rows = []
+    for name in models:
+        case = TRAIN_SUITE[name]
+        row = {"model": name, "ok": True}
+        for mode in ("model", "verify"):  # searched here once; the workers replay it
+            model = case.build()
+            step = compile_train_step(model, case.loss, case.optimizer(model.parameters()),
+                                      case.batch(), search=mode)
+            row["ok"] &= _matches(case, step)
+            row[f"{mode}_plan"] = json.loads(step.plan.to_json())
+            row[f"{mode}_search"] = step.search.to_dict() if step.search else {}
+            row["dispatches"] = step.dispatch_count
+        builders = {"eager": (_torch_step, (name, False)), "iree": (_iree_step, (name,)),
+                    "model": (_sft_step, (name, "model")), "verify": (_sft_step, (name, "verify"))}
+        if use_torch_compile:
+            builders["torch_compile"] = (_torch_step, (name, True))
+        times, errors = time_in_processes(builders, rounds, calls, timeout=600.0)
+        row.update({f"{k}_s": v for k, v in times.items()}, errors=errors)
+        ratio = lambda a, b: (times[b] / times[a]) if times.get(a) and times.get(b) else float("nan")
+        torch_times = [t for t in (times.get("eager"), times.get("torch_compile")) if t]
+        row.update(verify_over_iree=ratio("verify", "iree"), model_over_iree=ratio("model", "iree"),
+                   model_over_verify=ratio("model", "verify"),
+                   verify_over_best_torch=(min(torch_times) / times["verify"])
+                   if torch_times and times.get("verify") else float("nan"))
+        rows.append(row)
+        ms = lambda k: f"{times[k] * 1e3:8.3f}" if times.get(k) else f"{'-':>8}"
+        chosen = row["verify_search"].get("chosen", "")[:33]
+        print(f"{name:<18}{'y' if row['ok'] else 'N':>3}{row['dispatches']:>5}{chosen:>34}"
+              f"{ms('eager')}{ms('torch_compile')}{ms('iree')}{ms('model')}{ms('verify')}"
+              f"{row['verify_over_iree']:>11.2f}x{row['model_over_iree']:>10.2f}x"
+              f"{row['model_over_verify']:>12.2f}x{row['verify_over_best_torch']:>12.2f}x", flush=True)
+        for variant, err in errors.items():
+            print(f"  {variant} failed: {err.strip().splitlines()[-1]}", flush=True)
+    summary = {key: _geomean([r[key] for r in rows]) for key in
+               ("verify_over_iree", "model_over_iree", "model_over_verify", "verify_over_best_torch")}
+    print("\ngeomean: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items()))
+    print("columns: ms per training step (medians of interleaved rounds, one process per variant); "
+          "verify/torch: speed-up over the faster of eager and torch.compile")
+    return {"rows": rows, "summary": summary}

@@ -1,0 +1,176 @@
+"""Compiled training steps (`sft.compile_train_step`): forward, loss, backward and the optimizer's
+update as one program, state on the device, checked step by step against PyTorch's own steps."""
+
+import copy
+import re
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import sft
+from sft.models import GPT2Block, MLP, ConvBlock
+
+STEPS = 5
+
+
+def _batches(example, classes, n=STEPS, seed=1):
+    """`n` batches shaped like `example` (float inputs random, integer targets in range)."""
+    g = torch.Generator().manual_seed(seed)
+    return [tuple(torch.randn(b.shape, generator=g) if b.is_floating_point()
+                  else torch.randint(0, classes, b.shape, generator=g) for b in example)
+            for _ in range(n)]
+
+
+def _eager(model, loss_fn, optimizer, batches):
+    """PyTorch's own steps; returns the losses."""
+    losses = []
+    for *inputs, target in batches:
+        loss = loss_fn(model(*inputs), target)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def _close(got: dict, want: dict, rtol=1e-4):
+    """Every tensor of `want` in `got`, within rtol, atol scaled to the tensor's magnitude."""
+    assert set(want) <= set(got), set(want) - set(got)
+    for name, ref in want.items():
+        ref = ref.detach().double()
+        atol = 1e-4 * max(ref.abs().max().item(), 1e-3)
+        np.testing.assert_allclose(got[name].double().numpy(), ref.numpy(), rtol=rtol, atol=atol,
+                                   err_msg=name)
+
+
+def _check(build, make_opt, loss_fn, example, classes, search="none", keep_ir=False):
+    """Compile a step of `build()`, run it STEPS times beside PyTorch's steps on a copy; returns
+    (step, user's model, its optimizer, reference model, reference optimizer)."""
+    torch.manual_seed(0)
+    model = build()
+    ref = copy.deepcopy(model)
+    opt, ref_opt = make_opt(model.parameters()), make_opt(ref.parameters())
+    before = copy.deepcopy(model.state_dict())
+    step = sft.compile_train_step(model, loss_fn, opt, example, search=search, keep_ir=keep_ir)
+    batches = _batches(example, classes)
+    losses = [step(*b) for b in batches]
+    want = _eager(ref, loss_fn, ref_opt, batches)
+    assert all(isinstance(l, torch.Tensor) and l.dim() == 0 for l in losses)
+    np.testing.assert_allclose([l.item() for l in losses], want, rtol=1e-4, atol=1e-6)
+    _close(step.state_dict(), ref.state_dict())
+    # the user's model is untouched until sync
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    return step, model, opt, ref, ref_opt
+
+
+def _mlp():
+    return MLP((32, 64, 10))
+
+
+MLP_BATCH = (torch.randn(8, 32), torch.randint(0, 10, (8,)))
+SGD = lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, dampening=0.1, weight_decay=1e-3)
+ADAMW = lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.05)
+
+
+@pytest.fixture(scope="module")
+def mlp_sgd():
+    return _check(_mlp, SGD, F.cross_entropy, MLP_BATCH, 10, keep_ir=True)
+
+
+def test_mlp_sgd_momentum_matches_torch(mlp_sgd):
+    step, *_ = mlp_sgd
+    assert step.steps == STEPS
+    assert set(step.optimizer_state()) == {"step", *(f"momentum_buffer.{n}" for n, _ in _mlp().named_parameters())}
+
+
+def test_step_ir_holds_no_weights(mlp_sgd):
+    """Parameters are arguments: no constant in the IR as large as the smallest parameter holds
+    values (splats, zeros to accumulate into, are no weights)."""
+    step = mlp_sgd[0]
+    smallest = min(p.numel() for p in _mlp().parameters())
+    for text in (step.stages.linalg, step.stages.sft):
+        for body, shape in re.findall(r"dense<([^>]*)>\s*:\s*tensor<([0-9x]*?)x?[a-z]\w*>", text):
+            numel = int(np.prod([int(d) for d in shape.split("x")])) if shape else 1
+            splat = "," not in body and not body.startswith('"0x')
+            assert numel < smallest or splat, (shape, body[:40])
+
+
+def test_sync_then_eager_continues(mlp_sgd):
+    """sync() writes parameters and momentum buffers back: eager steps carry on from there."""
+    step, model, opt, ref, ref_opt = mlp_sgd
+    step.sync()
+    _close(dict(model.state_dict()), ref.state_dict(), rtol=1e-6)
+    more = _batches(MLP_BATCH, 10, n=2, seed=7)
+    _eager(model, F.cross_entropy, opt, more)
+    _eager(ref, F.cross_entropy, ref_opt, more)
+    _close(dict(model.state_dict()), ref.state_dict())
+
+
+def test_mlp_adamw_matches_torch_and_resumes():
+    step, model, opt, ref, ref_opt = _check(_mlp, ADAMW, F.cross_entropy, MLP_BATCH, 10)
+    assert float(step.optimizer_state()["step"]) == STEPS
+    # a step compiled from the synced optimizer resumes its state (exp_avg, step count)
+    step.sync()
+    assert float(opt.state[next(iter(model.parameters()))]["step"]) == STEPS
+    again = sft.compile_train_step(model, F.cross_entropy, opt, MLP_BATCH)
+    assert again.steps == STEPS
+    more = _batches(MLP_BATCH, 10, n=2, seed=9)
+    np.testing.assert_allclose([again(*b).item() for b in more], _eager(ref, F.cross_entropy, ref_opt, more),
+                               rtol=1e-4)
+    _close(again.state_dict(), ref.state_dict())
+
+
+def test_search_model_gives_the_same_numbers(mlp_sgd):
+    searched = _check(_mlp, SGD, F.cross_entropy, MLP_BATCH, 10, search="model")[0]
+    assert searched.search is not None
+    _close(searched.state_dict(), mlp_sgd[0].state_dict(), rtol=1e-5)
+
+
+def _gpt_loss(logits, targets):
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def test_gpt2_block_adamw_matches_torch():
+    # eps=1e-6, not 1e-8: the key projection's bias has a zero gradient (softmax is invariant to
+    # a shift along a row), so its gradient is rounding noise (~1e-10), which Adam with eps=1e-8
+    # divides by its own size: any two correct implementations then differ at the scale of lr.
+    opt = lambda ps: torch.optim.AdamW(ps, lr=1e-2, eps=1e-6, weight_decay=0.1)
+    build = lambda: GPT2Block(vocab=64, dim=32, heads=2, max_len=16)
+    example = (torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (2, 8)))
+    _check(build, opt, _gpt_loss, example, 64)
+
+
+def test_cnn_train_mode_batch_norm_sgd_matches_torch():
+    """Batch norm in train mode: batch statistics, and running statistics that the step updates."""
+    build = lambda: torch.nn.Sequential(ConvBlock(3, 8), torch.nn.Linear(8, 5)).train()
+    example = (torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,)))
+    step = _check(build, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+                  F.cross_entropy, example, 5)[0]
+    assert int(step.state_dict()["0.bn.num_batches_tracked"]) == STEPS
+
+
+def test_wrong_batch_shape_is_an_error(mlp_sgd):
+    with pytest.raises(sft.SftError, match=r"input 0: expected float32\[8, 32\]"):
+        mlp_sgd[0](torch.randn(4, 32), torch.randint(0, 10, (4,)))
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda m: torch.optim.RMSprop(m.parameters()), "RMSprop is not supported"),
+    (lambda m: torch.optim.SGD([{"params": m.net[0].parameters(), "lr": 0.1},
+                                {"params": m.net[2].parameters(), "lr": 0.2}]), "2 parameter groups"),
+    (lambda m: torch.optim.Adam(m.parameters(), amsgrad=True), "amsgrad"),
+])
+def test_unsupported_optimizers_are_refused(make, match):
+    model = _mlp()
+    with pytest.raises(sft.SftError, match=match):
+        sft.compile_train_step(model, F.cross_entropy, make(model), MLP_BATCH)
+
+
+def test_train_mode_dropout_is_refused():
+    model = torch.nn.Sequential(torch.nn.Linear(32, 10), torch.nn.Dropout(0.1)).train()
+    with pytest.raises(sft.SftError, match="Dropout.*train mode"):
+        sft.compile_train_step(model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1),
+                               MLP_BATCH)
