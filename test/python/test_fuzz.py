@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 import sft
+from sft.errors import IllegalPlan
 from sft.api import to_sft
 from sft.fuzz import FAILURES, DataChooser, RandomChooser, draw_and_run, draw_plan, generate, run
 from sft.passes.expand_batch import expandable
@@ -33,24 +34,16 @@ from sft.space.tiles import tile_space
 # the program (`Program.features`) and by the plan.
 FUSION_DT = {"--iree-dispatch-creation-enable-aggressive-fusion", "--iree-opt-data-tiling"}
 KNOWN = {
-    "expand-batch-returned-result": lambda prog, plan, out: out.kind == "crash" and bool(
-        re.search(r"IndexError.*expand_batch\.py", out.detail, re.S)),
-    "tiles-on-interchanged-loops": lambda prog, plan, out: out.kind == "plan-compile" and
-        "only parallel dims to be set in the distribution" in out.detail,
     "iree-one-operand-reduction": lambda prog, plan, out: out.kind in ("reject", "plan-compile") and
         "one-operand-reduction" in prog.features and "'vector.contract' op invalid accumulator" in out.detail,
     "iree-data-tiling-segfault": lambda prog, plan, out: out.kind == "plan-compile" and
         "--iree-opt-data-tiling" in plan.flags and "iree-compile crashed (killed by SIGSEGV)" in out.detail,
-    "const-view-of-shared-value": lambda prog, plan, out: out.kind == "wrong" and
-        "const-view-of-shared-value" in prog.features,
     "reduce-body-ignores-inputs": lambda prog, plan, out: out.kind in ("wrong", "reject") and
         "reduce-body-ignores-inputs" in prog.features,
     "init-is-operand": lambda prog, plan, out: out.kind in ("reject", "plan-compile") and
         "init-is-operand" in prog.features and "write affecting operations on global" in out.detail,
     "iree-fusion-with-data-tiling": lambda prog, plan, out: out.kind == "plan-compile" and
         FUSION_DT <= set(plan.flags) and "write affecting operations on global" in out.detail,
-    "pad-in-a-fusion-group": lambda prog, plan, out: out.kind == "wrong" and bool(plan.groups) and
-        "view-pad" in prog.ops,
 }
 
 
@@ -175,9 +168,6 @@ def batched_reference(q, k):
     return np.einsum("bmk,bkn->bmn", q.reshape(6, 5, 7).astype(np.float64), k)
 
 
-@pytest.mark.xfail(strict=True, reason="sft-expand-batch crashes (IndexError in expand_batch.expand: "
-                                       "user.results[0] of func.return) when the expanded contraction's "
-                                       "result is returned directly")
 def test_expand_batch_of_a_returned_contraction():
     rng = np.random.default_rng(0)
     q, k = rng.standard_normal((2, 3, 5, 7), np.float32), rng.standard_normal((6, 7, 2), np.float32)
@@ -186,9 +176,6 @@ def test_expand_batch_of_a_returned_contraction():
     np.testing.assert_allclose(compiled(q, k), batched_reference(q, k), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="sft.compile(search='model') crashes with IndexError: the "
-                                       "search expands every expandable contraction, and sft-expand-batch "
-                                       "fails on a returned one")
 def test_search_on_a_batched_contraction_that_is_returned():
     rng = np.random.default_rng(0)
     q, k = rng.standard_normal((2, 3, 5, 7), np.float32), rng.standard_normal((6, 7, 2), np.float32)
@@ -210,17 +197,18 @@ K_FIRST = """func.func @main(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>) -> tensor
 """
 
 
-@pytest.mark.xfail(strict=True, reason="tile configs are stated in sft's loop order, but IREE "
-                                       "interchanges a contraction whose summed loop is not last: "
-                                       "iree-compile rejects every tile candidate of the space")
 def test_tiles_of_a_contraction_with_the_summed_loop_first():
+    """The search leaves such a kernel to IREE; a plan that tiles it anyway is refused."""
     kernel, = contraction_kernels(to_sft(K_FIRST))
     assert kernel.roles == ("k", "m", "n")
-    config = tile_space(kernel).config(1)  # any candidate but IREE's own fails alike
-    compiled = sft.compile(K_FIRST, plan=Plan(tiles=((kernel.op_id, config),)))
+    compiled = sft.compile(K_FIRST, search="model")
+    assert not compiled.plan.tiles
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((4, 4), np.float32), rng.standard_normal((4, 4), np.float32)
     np.testing.assert_allclose(compiled(a, b), a.T @ b, rtol=1e-5, atol=1e-5)
+    config = tile_space(kernel).config(1)
+    with pytest.raises(IllegalPlan, match="summed loops are not innermost"):
+        sft.compile(K_FIRST, plan=Plan(tiles=((kernel.op_id, config),)))
 
 
 # out[m] = sum_{s, t} a[s, m] * b[t]: each summed loop indexes one operand only, with a
@@ -284,8 +272,6 @@ def test_two_chains_reorder_one_at_a_time():
         np.testing.assert_allclose(r, a @ b @ c @ d @ e, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="sft-reassociate reordering two chains, one reading the "
-                                       "other's result, uses the erased result (bad IR, or a segfault)")
 def test_reorder_two_chains_one_reading_the_other():
     # in a subprocess: in larger programs this bug is a segfault
     proc = subprocess.run([sys.executable, "-c", TWO_CHAINS_CHECK], input=TWO_CHAINS, text=True,
@@ -395,9 +381,6 @@ CONST_VIEW = """func.func @main(%a: tensor<2x3xf32>) -> (tensor<2x4xf32>, tensor
 """
 
 
-@pytest.mark.xfail(strict=True, reason="wrong numbers: a value returned and also read through a "
-                                       "constant-index view (d0, d1) -> (d0, 1) comes back computed "
-                                       "only at that index")
 def test_value_also_read_through_a_constant_index_view():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     r, x = sft.compile(CONST_VIEW)(a)
@@ -460,12 +443,10 @@ def test_pad_without_a_group():
     pad_group(Plan(), np.array([[1, 2, 3]], np.float32))
 
 
-@pytest.mark.xfail(strict=True, reason="wrong numbers: a fusion group holding a map and the pad view "
-                                       "of its result leaves the padded tensor's interior unwritten")
-def test_pad_in_a_fusion_group():
-    # other inputs than the test above: the grouped kernel leaves the padded tensor's interior
-    # unwritten, so a buffer reused from an earlier right answer would hide the bug
-    pad_group(Plan(groups=((0, 1),)), np.array([[5, 7, 11]], np.float32))
+def test_pad_in_a_fusion_group_is_refused():
+    # IREE left the padded tensor's interior unwritten inside such a region: wrong numbers
+    with pytest.raises(IllegalPlan, match="holds a pad"):
+        pad_group(Plan(groups=((0, 1),)), np.array([[5, 7, 11]], np.float32))
 
 
 # A batched contraction over a collapsed batch whose loops are (b, m, k, n), its result
@@ -561,7 +542,5 @@ def test_chain_ending_in_an_outer_product_compiles():
     outer_chain("none")
 
 
-@pytest.mark.xfail(strict=True, reason="search crashes (KeyError in search/chains.choose_order) on a "
-                                       "chain whose written order has an outer-product step")
 def test_search_on_a_chain_ending_in_an_outer_product():
     outer_chain("model")

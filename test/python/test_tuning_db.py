@@ -6,7 +6,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest

@@ -118,26 +118,26 @@ def as_linalg(program: Program) -> Program:
     return dataclasses.replace(program, text=ir.print_module(module))
 
 
-def draw_and_run(program: Program, ch, target: str = "host", all_kernels: bool = False,
-                 guard: bool = True) -> tuple[Plan, Outcome]:
+def draw_and_run(program: Program, ch, target: str = "host",
+                 all_kernels: bool = False) -> tuple[Plan, Outcome]:
     """Draw a plan for `program` from `ch` and run it, sometimes (P_LINALG) on the program
     lowered to linalg; a crash while lowering or drawing (sft's space and passes run there) is
     a "crash" outcome, with the empty plan. Details start with "[via linalg]" when it was."""
     if not ch.flag(P_LINALG):
-        return _draw_and_run(program, ch, target, all_kernels, guard)
+        return _draw_and_run(program, ch, target, all_kernels)
     try:
         program = as_linalg(program)
     except Exception as exc:  # noqa: BLE001 - the crash is the finding
         return Plan(), Outcome("crash", "[via linalg] lowering: " + _crash(exc).detail)
-    plan, outcome = _draw_and_run(program, ch, target, all_kernels, guard)
+    plan, outcome = _draw_and_run(program, ch, target, all_kernels)
     return plan, dataclasses.replace(outcome, detail="[via linalg] " + outcome.detail)
 
 
-def _draw_and_run(program, ch, target, all_kernels, guard) -> tuple[Plan, Outcome]:
+def _draw_and_run(program, ch, target, all_kernels) -> tuple[Plan, Outcome]:
     from .plans import draw_plan
 
     try:
-        plan = draw_plan(program.text, ch, target, all_kernels, guard)
+        plan = draw_plan(program.text, ch, target, all_kernels)
     except Exception as exc:  # noqa: BLE001 - the crash is the finding
         return Plan(), Outcome("crash", "drawing the plan: " + _crash(exc).detail)
     return plan, run(program, plan, target)

@@ -65,34 +65,16 @@ def compute_op_count(module) -> int:
                if op.name in dialect.COMPUTE_OPS)
 
 
-def _owner(value):
-    return getattr(value.owner, "operation", value.owner)
-
-
-def _linked(a, b) -> bool:
-    """One chain reads the result of the other's last contraction."""
-    return any(_owner(v) == x.contractions[-1] for x, y in ((a, b), (b, a)) for v in y.values)
-
-
-def draw_plan(sft_text: str, ch: Chooser, target: str = "host", all_kernels: bool = False,
-              guard: bool = True) -> Plan:
-    """A random plan for the program; every sft call it makes is one the search makes too.
-
-    `guard` keeps clear of a known crash that would take the process down (a segfault, so
-    no outcome could record it): sft-reassociate reordering two chains one of which reads
-    the other's result (test_fuzz.py::test_reorder_two_chains_one_reading_the_other)."""
+def draw_plan(sft_text: str, ch: Chooser, target: str = "host", all_kernels: bool = False) -> Plan:
+    """A random plan for the program; every sft call it makes is one the search makes too."""
     module = to_sft(sft_text)
     expand = tuple(i for i in expandable(module) if ch.flag(P_EXPAND))
     ExpandBatchPass(expand)(module)
     orders = []
-    reordered = []  # the sites of the chains reordered so far
     for site in (s for f in functions(module) for s in chain_sites(f.regions[0].blocks[0])):
-        if guard and any(_linked(site, other) for other in reordered):
-            continue
         tree = draw_order(site.chain, ch) if ch.flag(P_REORDER) else None
         if tree is not None:
             orders.append((site.chain.op_id, tree))
-            reordered.append(site)
     orders = tuple(orders)
     ReassociatePass(orders)(module)
     spaces = option_space(target)

@@ -23,6 +23,15 @@ def _ops_by_id(block) -> dict[int, object]:
     return found
 
 
+def _reductions_innermost(op) -> bool:
+    """Named contractions are; a generic is when no reduction loop precedes a parallel one."""
+    if "iterator_types" not in op.attributes:
+        return True
+    kinds = [str(t) for t in iree_ir.ArrayAttr(op.attributes["iterator_types"])]
+    reductions = [i for i, k in enumerate(kinds) if "reduction" in k]
+    return not reductions or all("reduction" in k for k in kinds[reductions[0]:])
+
+
 def _inside(op, region_op) -> bool:
     while op is not None:
         if op == region_op:
@@ -80,11 +89,18 @@ class ApplyPlanPass:
                 for op_id, tiles in self.plan.tiles:
                     if op_id not in ops:
                         raise IllegalPlan(f"plan tiles op {op_id}, which the program does not have")
+                    if not _reductions_innermost(ops[op_id]):
+                        raise IllegalPlan(f"plan tiles op {op_id}, whose summed loops are not "
+                                          "innermost: IREE reorders its loops, the tiles would not apply")
                     ops[op_id].attributes["compilation_info"] = iree_ir.Attribute.parse(tiles.attribute())
                 for group in self.plan.groups:
                     missing = [i for i in group if i not in ops]
                     if missing:
                         raise IllegalPlan(f"plan groups ops {missing}, which the program does not have")
+                    if any(ops[i].name == "tensor.pad" for i in group):
+                        # IREE leaves a padded tensor's interior unwritten in such a region
+                        raise IllegalPlan(f"fusion group {list(group)} holds a pad, which IREE "
+                                          "miscompiles inside a dispatch region")
                     _wrap_group(block, [ops[i] for i in group], group)
             for op in _walk(module):
                 if OP_ID in op.attributes:

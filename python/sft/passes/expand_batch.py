@@ -102,7 +102,8 @@ def expand(op, splits: dict[int, tuple[int, ...]]) -> None:
         result = dialect.create("sft.contract", ins, attrs, [out_type], init=new_init, ip=ip).results[0]
         uses = list(op.results[0].uses)
         user = getattr(uses[0].owner, "operation", uses[0].owner) if len(uses) == 1 else None
-        reshaped = _view(user.results[0], "expand") if user is not None else None
+        reshaped = (_view(user.results[0], "expand") if user is not None and len(user.results) == 1
+                    else None)  # a user with no result (func.return) undoes nothing
         if reshaped and reshaped[2] == groups and static_shape(user.results[0]) == out_shape:
             user.results[0].replace_all_uses_with(result)  # expanded right after: nothing to undo
             user.erase()

@@ -134,7 +134,33 @@ def _lower_view(op):
             return linalg.transpose(source, outs=[init], permutation=[dims.index(i) for i in range(len(dst))])
         if dims == sorted(dims):
             return linalg.broadcast(source, outs=[init], dimensions=[i for i in range(len(dst)) if i not in dims])
-    return _slice(source, view_map, dst, result_type) or _gather(source, view_map, result_type)
+    return (_slice(source, view_map, dst, result_type)
+            or _broadcast_through_constants(source, view_map, src, dst, result_type)
+            or _gather(source, view_map, result_type))
+
+
+def _broadcast_through_constants(source, view_map, src, dst, result_type):
+    """A broadcast that reads some source dims at a constant index (JAX's keepdims mean:
+    (d0, d1, d2) -> (d0, d1, 0)) as a rank-reducing slice of those dims, then a broadcast: the
+    form IREE fuses right (a generic reading through a constant index was miscompiled when its
+    source was also a result), transposing what is left in a generic with plain maps; None
+    when `view_map` is no such view."""
+    exprs = list(view_map.results)
+    constant = [isinstance(e, tm.AffineConstantExpr) for e in exprs]
+    kept = [ix.plain_dim(e) for e, c in zip(exprs, constant) if not c]
+    if (not any(constant) or None in kept or len(set(kept)) != len(kept)
+            or [src[j] for j, c in enumerate(constant) if not c] != [dst[d] for d in kept]):
+        return None
+    offsets = [tm.AffineConstantExpr(e).value if c else 0 for e, c in zip(exprs, constant)]
+    sizes = [1 if c else src[j] for j, c in enumerate(constant)]
+    sliced_type = tm.RankedTensorType.get([dst[d] for d in kept], element_type(source))
+    sliced = tensor.ExtractSliceOp(sliced_type, source, [], [], [], offsets, sizes, [1] * len(src))
+    if kept == list(range(len(dst))):
+        return sliced
+    if kept == sorted(kept):
+        return linalg.broadcast(sliced.result, outs=[_empty(result_type)],
+                                dimensions=[i for i in range(len(dst)) if i not in kept])
+    return _gather(sliced.result, ix.affine_map(len(dst), [ix.d(k) for k in kept]), result_type)
 
 
 def _slice(source, view_map, dst, result_type):

@@ -85,6 +85,8 @@ class ReassociatePass:
                     if not sites[op_id].chain.is_order(tree):
                         raise IllegalPlan(f"plan gives the chain at op {op_id} the order {tree}, which is "
                                           f"not a legal order of its {len(sites[op_id].chain.operands)} operands")
-                for op_id, tree in wanted.items():
+                # Last chain first: a later chain may read an earlier one's result, which the
+                # earlier rewrite replaces (uses included) but a site's captured values would not.
+                for op_id, tree in sorted(wanted.items(), reverse=True):
                     if tree != sites[op_id].chain.written:
                         _rewrite(sites[op_id], tree)

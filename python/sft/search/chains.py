@@ -95,10 +95,12 @@ def choose_order(chain: Chain, target: TargetDesc, cores: int) -> OrderChoice:
         if found[1] is not None:
             best[group] = found
     written = sum(cost(s) for s in chain.steps(chain.written))
-    predicted, order = best[frozenset(range(n))]
+    # No order at all when every split of the whole has an outer-product step: as written.
+    predicted, order = best.get(frozenset(range(n)), (math.inf, chain.written))
     if written <= predicted:  # as written wins ties: a reorder must predict a gain
         predicted, order = written, chain.written
-    return OrderChoice(chain, order, predicted, written, cost.scored, pruned, count[frozenset(range(n))])
+    return OrderChoice(chain, order, predicted, written, cost.scored, pruned,
+                       count.get(frozenset(range(n)), 0))
 
 
 def choose_orders(chains: list[Chain], target: TargetDesc, cores: int) -> list[OrderChoice]:

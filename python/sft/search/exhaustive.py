@@ -146,12 +146,21 @@ def rank_tiles(kernel: Kernel, space: TileSpace, target: TargetDesc, cores: int,
     return KernelChoice(kernel, space, tuple(keep), tuple(float(times[i]) for i in keep))
 
 
+def _reductions_innermost(kernel: Kernel) -> bool:
+    """IREE moves summed loops innermost before it reads a config: a kernel with a summed loop
+    before a parallel one is compiled in another loop order than sft states it in (equal
+    extents would hide that from the match by extents)."""
+    roles = list(kernel.roles)
+    return "k" not in roles or all(r == "k" for r in roles[roles.index("k"):])
+
+
 def as_compiled(kernels: list[Kernel], profile: Profile) -> tuple[list[Kernel], list[tuple]]:
     """The kernels in the operand layouts IREE compiles them in, and IREE's default candidate
-    for each, both read from its dispatches. A kernel with no dispatch of its loop extents was
+    for each, both read from its dispatches. A kernel with no dispatch of its loop extents, or
+    whose summed loops are not innermost, is
     restructured by IREE (loops permuted, transposes folded in): a config sft imposed would not
     describe what IREE compiles, so it keeps IREE's own and counts among the other dispatches."""
-    seen = [(k, profile.contraction(k.domain)) for k in kernels]
+    seen = [(k, profile.contraction(k.domain)) for k in kernels if _reductions_innermost(k)]
     seen = [(k, d) for k, d in seen if d is not None]
     return [in_layout(k, d.maps) for k, d in seen], [default_candidate(k, d) for k, d in seen]
 

@@ -78,9 +78,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--all-kernels", action="store_true",
                    help="tile every contraction kernel the space names, not only those IREE "
                         "compiles with the same loops (what the search tiles)")
-    p.add_argument("--unguarded", action="store_true",
-                   help="also draw the plans that hit known segfaults (the campaign dies on one; "
-                        "--out/current/ holds the program it was compiling)")
     p.add_argument("--target", default="host", help="compile target (default host; plans are "
                                                      "drawn and run on it)")
     args = p.parse_args(argv)
@@ -110,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                     save(args.out, "current", program, Plan(),
                          Outcome("running", f"--seed {args.seed} --start {i} --n 1, plan {j}"))
                     ch = RandomChooser(_rng_seed(args.seed, i, j + 1))
-                    plan, outcome = draw_and_run(program, ch, args.target, args.all_kernels,
-                                                 not args.unguarded)
+                    plan, outcome = draw_and_run(program, ch, args.target, args.all_kernels)
                 plans += 1
                 kinds[outcome.kind] += 1
                 if outcome.failed or outcome.kind == "group-refused":  # the latter: reported
