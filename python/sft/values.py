@@ -25,8 +25,9 @@ class Result:
     constant the model returns (a Python scalar, taken from the export), an input the model
     updates in place (`value` is its position), or a result the caller never sees."""
 
-    kind: str            # "output" | "constant" | "mutation" | "dropped"
-    value: object = None
+    kind: str            # "output" | "constant" | "mutation" | "state" | "dropped"
+    value: object = None  # output: its numpy dtype where IREE's differs (uint8); mutation:
+    #                       the input's position; state: its name; constant: the value
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,9 @@ def check_inputs(args, specs) -> list[np.ndarray]:
             raise SftError(f"input {i}: expected {np.dtype(dtype)}{list(shape)}, "
                            f"got {arr.dtype}{list(arr.shape)}")
         # np.ascontiguousarray would turn a 0-d array into shape [1]
-        arrays.append(arr if arr.flags.c_contiguous else arr.copy(order="C"))
+        arr = arr if arr.flags.c_contiguous else arr.copy(order="C")
+        # IREE's integers carry no sign: uint8 goes in as the same bits, i8
+        arrays.append(arr.view(np.int8) if arr.dtype == np.uint8 else arr)
     return arrays
 
 
@@ -125,6 +128,8 @@ def assemble(outs: list, args, signature: Signature):
     kind = array_kind(args)
     for result, out in zip(results, outs):
         if result.kind == "output":
+            if result.value is not None and isinstance(out, np.ndarray):
+                out = out.view(result.value)  # uint8: IREE's integers carry no sign
             values.append(_as_kind(out, kind))
         elif result.kind == "constant":
             values.append(result.value)

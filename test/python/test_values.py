@@ -46,6 +46,7 @@ CASES = {
     "bool": (lambda x: x > 0, lambda: (torch.randn(5),)),
     "0-d result": (lambda x: x.sum(), lambda: (torch.randn(3, 4),)),
     "0-d input": (lambda x: x.permute([]) * 2.0, lambda: (torch.tensor(3.0),)),
+    "reshape to 0-d": (lambda x: x.reshape(()) * 2, lambda: (torch.randn(1, 1),)),
     "python scalar": (lambda x: (x.sum(), 3), lambda: (torch.randn(3, 4),)),
     "dict": (lambda x: {"b": x + 1, "a": (x * 2, x.mean())}, lambda: (torch.randn(3, 4),)),
     "namedtuple": (lambda x: x.sort(), lambda: (torch.randn(7),)),
@@ -103,14 +104,37 @@ def test_tanh_gelu_matches_the_exact_formula_better_than_torch_mlir_writes_it():
     assert np.abs(got - exact).max() < 2e-6  # 0.797724 for sqrt(2/pi) is off by ~5e-4 here
 
 
-@pytest.mark.parametrize("fn, x", [
-    (lambda x: x + 1, torch.tensor([200], dtype=torch.uint8)),
-    (lambda x: x.sum(), torch.tensor([10, 100, 200, 255], dtype=torch.uint8)),
-    (lambda x: x.to(torch.uint8), torch.tensor([1, 2])),
+U8 = lambda: torch.tensor([200, 3, 255, 0], dtype=torch.uint8)  # noqa: E731
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x + 1,                                   # wraps: 255 + 1 = 0, as uint8
+    lambda x: x.float() * 0.5,
+    lambda x: x > 100,
+    lambda x: torch.amax(x, 0),
+    lambda x: (x.float() * 0.5).to(torch.uint8),
+    lambda x: torch.where(x > 3, x, x * x),
 ])
-def test_uint8_is_refused_rather_than_wrong(fn, x):
-    with pytest.raises(sft.SftError, match="uint8"):
-        sft.compile(Fn(fn), (x,))
+def test_uint8_where_the_importer_is_right(fn):
+    model, x = Fn(fn), U8()
+    _same(sft.compile(model, (x,))(x), model(x))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.sum(),                                 # torch-mlir widens as signed: 53, not 565
+    lambda x: x // 3,                                  # torch-mlir crashes
+    lambda x: x * 1.5,                                 # promoted as signed
+    lambda x: x.max(),                                 # torch-mlir prints an error, then segfaults
+])
+def test_uint8_is_refused_where_the_importer_is_wrong(fn):
+    with pytest.raises(sft.SftError, match="on uint8 is not supported"):
+        sft.compile(Fn(fn), (U8(),))
+
+
+def test_a_torch_mlir_crash_is_an_error_not_the_end_of_the_process():
+    # int8 times a Python int: torch-mlir's lowering prints an error and segfaults
+    with pytest.raises(sft.SftError, match="torch-mlir could not lower the model"):
+        sft.compile(Fn(lambda x: x * 3), (torch.tensor([1, -2, 3], dtype=torch.int8),))
 
 
 def test_numpy_inputs_give_numpy_results():

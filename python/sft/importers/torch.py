@@ -8,6 +8,9 @@ import contextlib
 import re
 import warnings
 
+import numpy as np
+
+from ..backend.torch_lowering import lower_isolated
 from ..errors import SftError
 from ..values import Result, Signature, spec_of
 
@@ -26,18 +29,51 @@ def _evaluating(model):
             m.training = training
 
 
-def _refuse_uint8(prog, model_name: str) -> None:
-    """torch-mlir reads uint8 as signed int8 (sum of [200, 255] wraps) and crashes on some of
-    its ops: refuse it rather than return a wrong answer."""
+# Ops torch-mlir lowers right on uint8 (measured by the conformance suite): casts, comparisons,
+# min/max, selection and views. Elsewhere it widens uint8 as if signed (a sum of [200, 255]
+# wraps) or crashes (floor division).
+_UINT8_SAFE = {"prims.convert_element_type.default", "aten._to_copy.default",
+               "aten._assert_tensor_metadata.default", "aten.where.self", "aten.clone.default",
+               "aten.amax.default", "aten.amin.default",
+               "aten.maximum.default", "aten.minimum.default", "aten.cat.default",
+               "aten.stack.default", "aten.view.default", "aten._unsafe_view.default",
+               "aten.reshape.default", "aten.permute.default", "aten.transpose.int",
+               "aten.expand.default", "aten.slice.Tensor", "aten.select.int",
+               "aten.squeeze.dim", "aten.squeeze.dims", "aten.unsqueeze.default",
+               "aten.alias.default", "aten.index.Tensor", "aten.gather.default"}
+_UINT8_SAFE.update(f"aten.{cmp}.{kind}" for cmp in ("gt", "lt", "ge", "le", "eq", "ne")
+                   for kind in ("Scalar", "Tensor"))
+# Wrapping arithmetic that stays uint8 is the same bits signed or not.
+_UINT8_WRAPPING = {f"aten.{op}.{kind}" for op in ("add", "sub", "mul") for kind in ("Scalar", "Tensor")}
+
+
+def _dtype_of(node):
+    val = node.meta.get("val") if hasattr(node, "meta") else None
+    return getattr(val, "dtype", None)
+
+
+def _has_8bit_integers(prog) -> bool:
+    import torch
+
+    return any(_dtype_of(n) in (torch.int8, torch.uint8) for n in prog.graph.nodes)
+
+
+def _refuse_wrong_uint8(prog, model_name: str) -> None:
+    """uint8 where torch-mlir gets it right (see _UINT8_SAFE); any other op reading a uint8
+    tensor is refused, naming it, rather than compiled to a wrong answer."""
     import torch
 
     for node in prog.graph.nodes:
-        vals = node.meta.get("val")
-        for v in vals if isinstance(vals, (tuple, list)) else [vals]:
-            if isinstance(v, torch.Tensor) and v.dtype == torch.uint8:
-                what = f"input '{node.name}'" if node.op == "placeholder" else f"op '{node.target}'"
-                raise SftError(f"uint8 tensors are not supported ({what}): torch-mlir reads them "
-                               "as signed int8; cast to int16 or int32", model_name)
+        if node.op != "call_function":
+            continue
+        reads = [a for a in node.all_input_nodes if _dtype_of(a) == torch.uint8]
+        target = str(node.target)
+        if not reads or target in _UINT8_SAFE:
+            continue
+        if target in _UINT8_WRAPPING and _dtype_of(node) == torch.uint8:
+            continue
+        raise SftError(f"'{target}' on uint8 is not supported: torch-mlir reads uint8 as signed "
+                       "there (a wrong answer); cast to int16 or int32 first", model_name)
 
 
 def _state(prog, model_name: str) -> dict:
@@ -59,12 +95,20 @@ def _state(prog, model_name: str) -> dict:
     return state
 
 
+def _numpy_dtype(node):
+    """The numpy dtype of a uint8 output (IREE gives the bits back as int8), else None."""
+    import torch
+
+    return np.dtype(np.uint8) if node is not None and _dtype_of(node) == torch.uint8 else None
+
+
 def _signature(prog, inputs, state: dict) -> Signature:
     """Which flat results are the model's outputs, constants, state or inputs updated in place."""
     from torch.export.graph_signature import ConstantArgument, OutputKind
     from torch.utils import _pytree
 
     user_inputs = list(prog.graph_signature.user_inputs)
+    nodes = {n.name: n for n in prog.graph.nodes}
     results = []
     for spec in prog.graph_signature.output_specs:
         if spec.kind == OutputKind.USER_INPUT_MUTATION:
@@ -74,7 +118,7 @@ def _signature(prog, inputs, state: dict) -> Signature:
         elif spec.kind == OutputKind.USER_OUTPUT and isinstance(spec.arg, ConstantArgument):
             results.append(Result("constant", spec.arg.value))
         elif spec.kind == OutputKind.USER_OUTPUT:
-            results.append(Result("output"))
+            results.append(Result("output", _numpy_dtype(nodes.get(spec.arg.name))))
         else:
             results.append(Result("dropped"))
     out_spec = prog.call_spec.out_spec
@@ -104,10 +148,15 @@ def import_torch(model, example_inputs, func_name: str = "main") -> tuple[str, S
             warnings.simplefilter("ignore")
             prog = torch.export.export(model, inputs, strict=False)
             prog = prog.run_decompositions(fx.get_decomposition_table())
-            _refuse_uint8(prog, name)
+            _refuse_wrong_uint8(prog, name)
             state = _state(prog, name)
-            module = fx.stateless_fx_import(prog.graph_module, output_type="linalg-on-tensors",
-                                            model_name=func_name)
+            if _has_8bit_integers(prog):  # where torch-mlir's lowering can crash the process
+                raw = fx.stateless_fx_import(prog.graph_module, output_type="raw", model_name=func_name)
+                text = lower_isolated(raw.operation.get_asm(enable_debug_info=False))
+            else:
+                module = fx.stateless_fx_import(prog.graph_module, output_type="linalg-on-tensors",
+                                                model_name=func_name)
+                text = module.operation.get_asm(enable_debug_info=False)
     except SftError:
         raise
     except Exception as exc:  # torch.export or torch-mlir failed: name the op where we can
@@ -120,5 +169,4 @@ def import_torch(model, example_inputs, func_name: str = "main") -> tuple[str, S
                            where) from None
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         raise SftError(f"could not import the model: {first}", where) from None
-    text = module.operation.get_asm(enable_debug_info=False)
     return text, _signature(prog, inputs, state), state

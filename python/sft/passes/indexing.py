@@ -74,6 +74,8 @@ def expand_map(result_shape: list[int], groups: list[list[int]]) -> "tm.AffineMa
 
 def collapse_map(source_shape: list[int], groups: list[list[int]]) -> "tm.AffineMap":
     """View map of a collapse_shape: each source dim is a digit of its merged result dim."""
+    if not groups:  # to rank 0: every source dim is a unit dim, read at index 0
+        return affine_map(0, [c(0)] * len(source_shape))
     exprs = []
     for r, group in enumerate(groups):
         for j, s in enumerate(group):
