@@ -34,7 +34,7 @@ def _evaluating(model):
 # wraps) or crashes (floor division).
 _UINT8_SAFE = {"prims.convert_element_type.default", "aten._to_copy.default",
                "aten._assert_tensor_metadata.default", "aten.where.self", "aten.clone.default",
-               "aten.amax.default", "aten.amin.default",
+               "aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim",
                "aten.maximum.default", "aten.minimum.default", "aten.cat.default",
                "aten.stack.default", "aten.view.default", "aten._unsafe_view.default",
                "aten.reshape.default", "aten.permute.default", "aten.transpose.int",
