@@ -7,10 +7,8 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 from tqdm import tqdm
 
-from . import ir
 from .backend import TARGETS, compile_module
 from .backend import profile
 from .backend.iree import Artifact
@@ -26,23 +24,14 @@ from .search.chains import choose_orders, plan_orders
 from .space.chains import contraction_chains
 from .space.kernels import contraction_kernels
 from .space.options import option_space
-from .program import Program, import_model, lower, module_signature, prepare, to_sft
+from .program import Program, import_model, lower, prepare, to_sft
 from .tuning_db import TuningDB
-from .values import spec_of
 
 
 def linalg_of(model, example_inputs=()) -> tuple[str, str]:
     """(linalg text, a name for error messages) for a torch module, a JAX function, MLIR text
     or an .mlir path; a torch model's state comes first among the function's arguments."""
     return import_model(model, example_inputs)[:2]
-
-
-def _input_specs(example_inputs) -> list[tuple[tuple[int, ...], np.dtype]]:
-    return [spec_of(x) for x in example_inputs]
-
-
-def _specs_from_mlir(text: str) -> list[tuple[tuple[int, ...], np.dtype]]:
-    return list(module_signature(ir.parse(ir.sft_context(), text, ""))[0].inputs)
 
 
 def count_opaque(sft_text: str) -> int:
