@@ -134,8 +134,10 @@ def searched_plan(program: Program, target: str, search: str, db: TuningDB) -> t
     plan, report = search_plan(program.sft_text, target, desc)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
+            # results the compiled object keeps on the device (a training step's new state)
+            keep = tuple(i for i, r in enumerate(program.signature.results) if r.kind == "state")
             plan = verify(report, lambda p: lower(program.module(), p)[1], target, desc,
-                          program.timing_inputs(), db, progress=bar.update)
+                          program.timing_inputs(), db, progress=bar.update, keep=keep)
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
 

@@ -127,7 +127,7 @@ def measure_kernel(choice: KernelChoice, target: str, desc: TargetDesc, db: Tuni
 
 def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inputs: list,
            db: TuningDB, top_options: int = 4, top_k: int = 3, rounds: int = 5,
-           progress=None) -> Plan:
+           progress=None, keep: tuple[int, ...] = ()) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles)
     and IREE's default. `lower_plan(plan)` gives the program text a plan compiles from."""
     tiles = ()
@@ -166,7 +166,7 @@ def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inpu
             report.measured[f"program {name}"] = None
     # Programs are timed the way they are used, called from Python through iree.runtime, each
     # in a process of its own: which driver wins depends on the caller's thread too.
-    timings = time_variants({name: (loaded_call, (v.artifact, v.driver, inputs))
+    timings = time_variants({name: (loaded_call, (v.artifact, v.driver, inputs, keep))
                              for name, v in variants.items()}, rounds, calls=20)
     if progress:
         progress(len(variants) * rounds)

@@ -30,13 +30,18 @@ from ..errors import SftError
 from .iree import exit_text, kill_group, run_timeout
 
 
-def loaded_call(artifact, driver: str, arrays: list):
+def loaded_call(artifact, driver: str, arrays: list, keep: tuple[int, ...] = ()):
     """A builder for `time_in_processes`: the compiled module loaded on `driver`, called on
-    `arrays`."""
-    from .runtime import load
+    `arrays` as a compiled model is called: the results at positions `keep` (a training step's
+    updated state) stay on the device, the others come back to the host."""
+    from .runtime import load, to_host
 
     fn = load(artifact, driver=driver)
-    return lambda: fn(*arrays)
+
+    def call():
+        outs = fn.call_on_device(*arrays)
+        return [out if i in keep else to_host(out) for i, out in enumerate(outs)]
+    return call
 
 
 @dataclass
