@@ -137,7 +137,8 @@ def searched_plan(program: Program, target: str, search: str, db: TuningDB) -> t
             # results the compiled object keeps on the device (a training step's new state)
             keep = tuple(i for i, r in enumerate(program.signature.results) if r.kind == "state")
             plan = verify(report, lambda p: lower(program.module(), p)[1], target, desc,
-                          program.timing_inputs(), db, progress=bar.update, keep=keep)
+                          program.timing_inputs(), db, progress=bar.update, keep=keep,
+                          resident=len(program.state))
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
 

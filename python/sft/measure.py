@@ -30,7 +30,7 @@ from .tuning_db import TuningDB
 
 _TYPES = {2: "f16", 4: "f32", 8: "f64"}
 MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary about that much)
-SEARCH_REVISION = 8  # bump when the space or the cost model changes what a search would pick
+SEARCH_REVISION = 9  # bump when the space or the cost model changes what a search would pick
 
 
 def kernel_program(kernel: Kernel, config: TileConfig | None) -> str:
@@ -127,9 +127,11 @@ def measure_kernel(choice: KernelChoice, target: str, desc: TargetDesc, db: Tuni
 
 def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inputs: list,
            db: TuningDB, top_options: int = 4, top_k: int = 3, rounds: int = 5,
-           progress=None, keep: tuple[int, ...] = ()) -> Plan:
+           progress=None, keep: tuple[int, ...] = (), resident: int = 0) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles)
-    and IREE's default. `lower_plan(plan)` gives the program text a plan compiles from."""
+    and IREE's default. `lower_plan(plan)` gives the program text a plan compiles from. Programs
+    are timed on `inputs` as the compiled object calls them: the first `resident` (the model's
+    state) uploaded once, the results at `keep` (a training step's new state) left on the device."""
     tiles = ()
     candidates = {"iree-default": Plan()}
     tiled = next((o for o in report.ranked if o.options.keeps_tiles), None)
@@ -166,7 +168,7 @@ def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inpu
             report.measured[f"program {name}"] = None
     # Programs are timed the way they are used, called from Python through iree.runtime, each
     # in a process of its own: which driver wins depends on the caller's thread too.
-    timings = time_variants({name: (loaded_call, (v.artifact, v.driver, inputs, keep))
+    timings = time_variants({name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident))
                              for name, v in variants.items()}, rounds, calls=20)
     if progress:
         progress(len(variants) * rounds)
