@@ -70,6 +70,23 @@ def _geomean(xs) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
+RATIOS = ("verify_over_iree", "model_over_iree", "model_over_verify", "verify_over_best_torch")
+
+
+def ratios(times: dict) -> dict:
+    """The speed-ups a row reports, from its variants' median seconds (nan where one failed)."""
+    ratio = lambda a, b: (times[b] / times[a]) if times.get(a) and times.get(b) else float("nan")
+    torch_times = [t for t in (times.get("eager"), times.get("torch_compile")) if t]
+    return {"verify_over_iree": ratio("verify", "iree"), "model_over_iree": ratio("model", "iree"),
+            "model_over_verify": ratio("model", "verify"),
+            "verify_over_best_torch": (min(torch_times) / times["verify"])
+            if torch_times and times.get("verify") else float("nan")}
+
+
+def summarize(rows: list[dict]) -> dict:
+    return {key: _geomean([r[key] for r in rows]) for key in RATIOS}
+
+
 def _chosen(report: dict) -> str:
     """The verify column's choice; * marks a plan replayed from the tuning database."""
     mark = "*" if report.get("replayed") else ""
@@ -108,11 +125,8 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
             builders["torch_compile"] = (_torch, (name, True))
         times, errors = time_in_processes(builders, rounds, calls, timeout=600.0)  # torch.compile warms up slowly
         row.update({f"{k}_s": v for k, v in times.items()}, errors=errors)
-        best_torch = min(t for t in (times.get("eager"), times.get("torch_compile")) if t)
-        ratio = lambda a, b: (times[b] / times[a]) if times.get(a) and times.get(b) else float("nan")
-        row.update(verify_over_iree=ratio("verify", "iree"), model_over_iree=ratio("model", "iree"),
-                   model_over_verify=ratio("model", "verify"), control=ratio("iree_again", "iree"),
-                   verify_over_best_torch=best_torch / times["verify"] if times.get("verify") else float("nan"))
+        control = times["iree"] / times["iree_again"] if times.get("iree") and times.get("iree_again") else float("nan")
+        row.update(ratios(times), control=control)
         rows.append(row)
         ms = lambda k: f"{times[k] * 1e3:8.3f}" if times.get(k) else f"{'-':>8}"
         space = row["model_search"].get("space_size_log10", 0.0)
@@ -123,8 +137,7 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
               f"{row['control']:>8.2f}x", flush=True)
         for variant, err in errors.items():
             print(f"  {variant} failed: {err.strip().splitlines()[-1]}", flush=True)
-    summary = {key: _geomean([r[key] for r in rows]) for key in
-               ("verify_over_iree", "model_over_iree", "model_over_verify", "verify_over_best_torch")}
+    summary = summarize(rows)
     summary["verify_never_slower"] = all(r["verify_over_iree"] >= 1.0 for r in rows)
     # Slower beyond noise: further below 1 than the identical-module control strays either way.
     summary["verify_slower_beyond_noise"] = [

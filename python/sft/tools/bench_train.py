@@ -12,11 +12,12 @@ Ratios are speed-ups (higher is faster).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+from .bench import ratios, summarize
 
 
 @dataclass(frozen=True)
@@ -167,11 +168,6 @@ def _sft_step(name: str, search: str):
     return lambda: step(*arrays)
 
 
-def _geomean(xs) -> float:
-    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
-
-
 def _matches(case: TrainCase, step, steps: int = 3) -> bool:
     """The compiled step's losses against PyTorch's own steps on a copy of the model."""
     model = case.build()
@@ -215,12 +211,7 @@ def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = 
             builders["torch_compile"] = (_torch_step, (name, True))
         times, errors = time_in_processes(builders, rounds, calls, timeout=600.0)
         row.update({f"{k}_s": v for k, v in times.items()}, errors=errors)
-        ratio = lambda a, b: (times[b] / times[a]) if times.get(a) and times.get(b) else float("nan")
-        torch_times = [t for t in (times.get("eager"), times.get("torch_compile")) if t]
-        row.update(verify_over_iree=ratio("verify", "iree"), model_over_iree=ratio("model", "iree"),
-                   model_over_verify=ratio("model", "verify"),
-                   verify_over_best_torch=(min(torch_times) / times["verify"])
-                   if torch_times and times.get("verify") else float("nan"))
+        row.update(ratios(times))
         rows.append(row)
         ms = lambda k: f"{times[k] * 1e3:8.3f}" if times.get(k) else f"{'-':>8}"
         chosen = row["verify_search"].get("chosen", "")[:33]
@@ -230,8 +221,7 @@ def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = 
               f"{row['model_over_verify']:>12.2f}x{row['verify_over_best_torch']:>12.2f}x", flush=True)
         for variant, err in errors.items():
             print(f"  {variant} failed: {err.strip().splitlines()[-1]}", flush=True)
-    summary = {key: _geomean([r[key] for r in rows]) for key in
-               ("verify_over_iree", "model_over_iree", "model_over_verify", "verify_over_best_torch")}
+    summary = summarize(rows)
     print("\ngeomean: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items()))
     print("columns: ms per training step (medians of interleaved rounds, one process per variant); "
           "verify/torch: speed-up over the faster of eager and torch.compile")
