@@ -64,7 +64,7 @@ def main() -> None:
         ref_opt.step()
         ref_opt.zero_grad()
         eager_s += time.perf_counter() - t
-        ref_losses.append(float(loss))
+        ref_losses.append(loss.item())
     step.sync()
     print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} (log(vocab) = {math.log(vocab):.3f}); eager "
           f"{ref_losses[0]:.3f} -> {ref_losses[-1]:.3f}; largest loss difference "

@@ -40,9 +40,16 @@ def count_opaque(sft_text: str) -> int:
 
 def _profiles(requests: list[tuple[str, tuple[str, ...]]], target: str) -> list:
     """IREE's profile of each (program text, dispatch-forming flags), compiled side by side:
-    each is a separate iree-compile process, and a search needs up to eight of them."""
+    each is a separate iree-compile process, and a search needs up to eight of them. None
+    where IREE fails under those flags (its aggressive fusion fails on training graphs)."""
+    def one(request):
+        try:
+            return profile(request[0], target, request[1])
+        except SftError:  # IREE cannot form this program's dispatches under these flags
+            return None
+
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        return list(pool.map(lambda r: profile(r[0], target, r[1]), requests))
+        return list(pool.map(one, requests))
 
 
 def iree_view(module, target: str, options) -> tuple[list, dict]:
@@ -52,7 +59,8 @@ def iree_view(module, target: str, options) -> tuple[list, dict]:
     kernels = contraction_kernels(module)
     default_text = lower(module, Plan())[1]
     flag_sets = sorted({o.formation_flags for o in options})
-    return kernels, dict(zip(flag_sets, _profiles([(default_text, f) for f in flag_sets], target)))
+    found = zip(flag_sets, _profiles([(default_text, f) for f in flag_sets], target))
+    return kernels, {flags: p for flags, p in found if p is not None}
 
 
 REWRITE_MARGIN = 0.03  # a graph rewrite must predict this much gain over the program as written
@@ -85,16 +93,19 @@ def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
     requests = [((), flags) for flags in flag_sets] + [(e, ()) for e in variants if e]
     profiles = dict(zip(requests, _profiles([(variants[e][1], f) for e, f in requests], target)))
 
+    if profiles[((), ())] is None:  # IREE cannot compile the program as written: say how
+        profile(variants[()][1], target)
+
     def searched(expand, opts):
         kernels, _, chains, seconds = variants[expand]
-        report = search_program(kernels, {f: p for (e, f), p in profiles.items() if e == expand},
-                                desc, opts)
+        mine = {f: p for (e, f), p in profiles.items() if e == expand and p is not None}
+        report = search_program(kernels, mine, desc, [o for o in opts if o.formation_flags in mine])
         report.add_chains(chains, seconds)
         return report
 
     reports = {(): searched((), options)}
     written_default = min(o.predicted for o in reports[()].ranked if not o.options.formation_flags)
-    for expand in [e for e in variants if e]:
+    for expand in [e for e in variants if e and profiles[(e, ())] is not None]:
         reports[expand] = searched(expand, default_only)
         if reports[expand].ranked[0].predicted < written_default * (1.0 - REWRITE_MARGIN):
             more = [(expand, f) for f in flag_sets if f]

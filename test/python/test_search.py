@@ -193,3 +193,22 @@ def test_verify_keeps_the_default_unless_the_gain_is_beyond_noise():
     assert _significant_best({0: 1.00, 1: 0.99}, 0) == 0      # 1%: noise
     assert _significant_best({0: 1.00, 1: 0.90}, 0) == 1      # 10%: real
     assert _significant_best({1: 0.90, 2: 0.80}, 0) == 2      # default failed: the fastest
+
+
+def test_option_sets_iree_cannot_profile_are_dropped_not_fatal(tmp_path, monkeypatch):
+    """IREE's aggressive fusion fails on training graphs: its option sets leave the search."""
+    from iree.compiler.tools.binaries import find_tool
+
+    fake = tmp_path / "iree-compile"
+    fake.write_text(f"""#!/bin/sh
+for a in "$@"; do [ "$a" = "--iree-dispatch-creation-enable-aggressive-fusion" ] && exit 1; done
+exec {find_tool("iree-compile")} "$@"
+""")
+    fake.chmod(0o755)
+    monkeypatch.setenv("SFT_IREE_COMPILE", str(fake))
+    monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path / "cache"))
+    model, x = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.ReLU()), torch.randn(4, 16)
+    compiled = sft.compile(model, (x,), search="model")
+    described = [o.options.describe() for o in compiled.search.ranked]
+    assert described and not any("aggressive-fusion" in d for d in described)
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
