@@ -411,10 +411,18 @@ def test_rhs_only_sum_without_data_tiling():
     rhs_only_sum(Plan())
 
 
-@pytest.mark.xfail(strict=True, reason="iree-compile segfaults with --iree-opt-data-tiling (an option "
-                                       "set of the space) on a contraction summing a loop only its rhs has")
+def crashes_or_matches(check, plan):
+    """iree-compile segfaults on these programs under data tiling (an option set of the space),
+    though not on every run: either way sft gives a clear error or the right numbers, and the
+    search, which may pick data tiling, falls back to IREE's default when it crashes."""
+    try:
+        check(plan)
+    except sft.SftError as err:
+        assert "iree-compile crashed" in str(err)
+
+
 def test_rhs_only_sum_with_data_tiling():
-    rhs_only_sum(Plan(flags=("--iree-opt-data-tiling",)))
+    crashes_or_matches(rhs_only_sum, Plan(flags=("--iree-opt-data-tiling",)))
 
 
 # y = x + x, then y padded by a row above and below; both returned. As a fusion group (one
@@ -512,10 +520,8 @@ def test_index_body_after_a_matmul():
     dt_segfault(Plan())
 
 
-@pytest.mark.xfail(strict=True, reason="iree-compile segfaults under --iree-opt-data-tiling on a "
-                                       "matmul read transposed by a map whose body uses sft.index")
 def test_index_body_after_a_matmul_with_data_tiling():
-    dt_segfault(Plan(flags=("--iree-opt-data-tiling",)))
+    crashes_or_matches(dt_segfault, Plan(flags=("--iree-opt-data-tiling",)))
 
 
 # (a @ b) then an outer product with c: a chain whose written order has a step that sums
