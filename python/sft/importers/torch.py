@@ -52,10 +52,30 @@ def _dtype_of(node):
     return getattr(val, "dtype", None)
 
 
-def _has_8bit_integers(prog) -> bool:
+def stateless_import(graph, gm, func_name: str) -> str:
+    """linalg-on-tensors text of an FX graph whose placeholders are all arguments. torch-mlir's
+    lowering of 8-bit integer programs can print an error and segfault: those run in a child."""
     import torch
+    from torch_mlir import fx
 
-    return any(_dtype_of(n) in (torch.int8, torch.uint8) for n in prog.graph.nodes)
+    if any(_dtype_of(n) in (torch.int8, torch.uint8) for n in graph.nodes):
+        raw = fx.stateless_fx_import(gm, output_type="raw", model_name=func_name)
+        return lower_isolated(raw.operation.get_asm(enable_debug_info=False))
+    module = fx.stateless_fx_import(gm, output_type="linalg-on-tensors", model_name=func_name)
+    return module.operation.get_asm(enable_debug_info=False)
+
+
+def import_error(exc: Exception, name: str, what: str) -> SftError:
+    """One line for a failure of torch.export, aot_autograd or torch-mlir: the op torch-mlir
+    could not lower, with its location when the message has one."""
+    text = str(exc)
+    match = _FAILED_OP.search(text)
+    loc = re.search(r'loc\("([^"]+)":(\d+):(\d+)\)', text)
+    where = f"{loc[1]}:{loc[2]}:{loc[3]}" if loc else name
+    if match:
+        return SftError(f"unsupported op '{match[1]}' (torch-mlir cannot lower it to linalg)", where)
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return SftError(f"could not {what}: {first}", where)
 
 
 def _refuse_wrong_uint8(prog, model_name: str) -> None:
@@ -150,23 +170,9 @@ def import_torch(model, example_inputs, func_name: str = "main") -> tuple[str, S
             prog = prog.run_decompositions(fx.get_decomposition_table())
             _refuse_wrong_uint8(prog, name)
             state = _state(prog, name)
-            if _has_8bit_integers(prog):  # where torch-mlir's lowering can crash the process
-                raw = fx.stateless_fx_import(prog.graph_module, output_type="raw", model_name=func_name)
-                text = lower_isolated(raw.operation.get_asm(enable_debug_info=False))
-            else:
-                module = fx.stateless_fx_import(prog.graph_module, output_type="linalg-on-tensors",
-                                                model_name=func_name)
-                text = module.operation.get_asm(enable_debug_info=False)
+            text = stateless_import(prog.graph, prog.graph_module, func_name)
     except SftError:
         raise
     except Exception as exc:  # torch.export or torch-mlir failed: name the op where we can
-        text = str(exc)
-        match = _FAILED_OP.search(text)
-        loc = re.search(r'loc\("([^"]+)":(\d+):(\d+)\)', text)
-        where = f"{loc[1]}:{loc[2]}:{loc[3]}" if loc else name
-        if match:
-            raise SftError(f"unsupported op '{match[1]}' (torch-mlir cannot lower it to linalg)",
-                           where) from None
-        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-        raise SftError(f"could not import the model: {first}", where) from None
+        raise import_error(exc, name, "import the model") from None
     return text, _signature(prog, inputs, state), state

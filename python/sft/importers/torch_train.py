@@ -16,14 +16,13 @@ the program (a new learning rate needs a new compile)."""
 
 from __future__ import annotations
 
-import re
 import warnings
 from dataclasses import dataclass
 
 from ..errors import SftError
 from ..values import Result, Signature, spec_of
+from .torch import import_error, stateless_import
 
-_FAILED_OP = re.compile(r"failed to legalize operation '([^']+)'")
 # Ops that draw random numbers: a compiled step would replay one fixed draw, or none.
 _RANDOM = ("rand", "bernoulli", "dropout", "normal", "multinomial", "uniform", "exponential")
 # Hyper-parameters that do not change the arithmetic (how torch schedules it on a device).
@@ -218,18 +217,11 @@ def trace_train_step(model, loss_fn, optimizer, example_batch,
             gm = make_fx(_step_function(joint, update, list(state), list(trained)),
                          decomposition_table=fx.get_decomposition_table())(*state.values(), *batch)
             _refuse_random(gm, name)
-            module = fx.stateless_fx_import(gm, output_type="linalg-on-tensors", model_name=func_name)
+            text = stateless_import(gm.graph, gm, func_name)
     except SftError:
         raise
     except Exception as exc:  # aot_autograd, make_fx or torch-mlir failed: name the op where we can
-        text = str(exc)
-        match = _FAILED_OP.search(text)
-        if match:
-            raise SftError(f"unsupported op '{match[1]}' in the training step (torch-mlir cannot "
-                           "lower it to linalg)", name) from None
-        first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-        raise SftError(f"could not trace the training step: {first}", name) from None
-    text = module.operation.get_asm(enable_debug_info=False)
+        raise import_error(exc, name, "trace the training step") from None
     signature = Signature(tuple(spec_of(x) for x in batch),
                           (Result("output"), *[Result("state", n) for n in results]),
                           None, tuple((n, *spec_of(v)) for n, v in state.items()))
