@@ -8,7 +8,8 @@ that program; `check.run` compiles, runs and classifies the result (see `check` 
 
 from .check import FAILURES, Outcome, draw_and_run, run, run_search
 from .plans import draw_plan
-from .programs import Chooser, DataChooser, Program, RandomChooser, generate
+from .choosers import Chooser, DataChooser, RandomChooser
+from .programs import Program, generate
 
 __all__ = ["FAILURES", "Chooser", "DataChooser", "Outcome", "Program", "RandomChooser",
            "draw_and_run", "draw_plan", "generate", "run", "run_search"]

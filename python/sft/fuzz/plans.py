@@ -35,7 +35,7 @@ from ..space.kernels import contraction_kernels
 from ..search.exhaustive import as_compiled
 from ..space.options import ModuleOptions, option_space
 from ..space.tiles import tile_space
-from .programs import Chooser
+from .choosers import Chooser
 
 P_EXPAND, P_REORDER, P_TILE, P_GROUP = 0.5, 0.6, 0.7, 0.1
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .choosers import Chooser
+
 SIZES = (1, 2, 3, 5, 7, 13, 4, 8, 16)  # unit dims and small primes first (no tile divides them)
 MAX_DOMAIN = 2048                      # loop iterations of one op: keeps compile and numpy cheap
 MAX_RANK = 4
@@ -30,42 +32,6 @@ NP_TYPES = {"f32": np.float32, "f64": np.float64}
 EPS = {name: float(np.finfo(t).eps) for name, t in NP_TYPES.items()}
 INF_BITS = {"f32": ("0x7F800000", "0xFF800000"), "f64": ("0x7FF0000000000000", "0xFFF0000000000000")}
 MATH_ULPS = 16.0                       # error allowed for exp and tanh, in ulps of the result
-
-
-class Chooser:
-    """Where every random choice comes from. `int` shrinks towards `lo`, `flag` towards False."""
-
-    def int(self, lo: int, hi: int) -> int:
-        raise NotImplementedError
-
-    def flag(self, p: float) -> bool:
-        """True with probability about p."""
-        return self.int(0, 999) >= 1000 - int(1000 * p)
-
-    def pick(self, seq):
-        return seq[self.int(0, len(seq) - 1)]
-
-
-class RandomChooser(Chooser):
-    """Choices from a numpy RNG: the campaign's source (no shrinking)."""
-
-    def __init__(self, seed: int):
-        self.rng = np.random.default_rng(seed)
-
-    def int(self, lo: int, hi: int) -> int:
-        return int(self.rng.integers(lo, hi + 1))
-
-
-class DataChooser(Chooser):
-    """Choices drawn from hypothesis's `st.data()`, so that a failing program shrinks."""
-
-    def __init__(self, data):
-        from hypothesis import strategies as st
-
-        self.data, self.st = data, st
-
-    def int(self, lo: int, hi: int) -> int:
-        return self.data.draw(self.st.integers(lo, hi)) if hi > lo else lo
 
 
 @dataclass
