@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
-from .backend import TARGETS, compile_module
+from .backend import compile_module
 from .backend import profile
 from .backend.iree import Artifact
 from .compiled import CompiledModel, Stages
@@ -17,14 +17,13 @@ from .errors import SftError
 from .passes.expand_batch import ExpandBatchPass, expandable
 from .passes.reassociate import ReassociatePass
 from .plan import Plan
-from .cost.targets import describe
-from .measure import target_key, verify
+from .measure import SEARCH_REVISION, verify
 from .search import SearchReport, search_program
 from .search.chains import choose_orders, plan_orders
 from .space.chains import contraction_chains
 from .space.kernels import contraction_kernels
-from .space.options import option_space
 from .program import Program, import_model, lower, prepare, to_sft
+from .targets import Target, get_target
 from .tuning_db import TuningDB
 
 
@@ -38,7 +37,7 @@ def count_opaque(sft_text: str) -> int:
     return sft_text.count('"sft.opaque"')
 
 
-def _profiles(requests: list[tuple[str, tuple[str, ...]]], target: str) -> list:
+def _profiles(requests: list[tuple[str, tuple[str, ...]]], target: Target) -> list:
     """IREE's profile of each (program text, dispatch-forming flags), compiled side by side:
     each is a separate iree-compile process, and a search needs up to eight of them. None
     where IREE fails under those flags (its aggressive fusion fails on training graphs)."""
@@ -52,7 +51,7 @@ def _profiles(requests: list[tuple[str, tuple[str, ...]]], target: str) -> list:
         return list(pool.map(one, requests))
 
 
-def iree_view(module, target: str, options) -> tuple[list, dict]:
+def iree_view(module, target: Target, options) -> tuple[list, dict]:
     """The contraction kernels of an sft module, and IREE's view of the program (its dispatches
     and default configs) under each set of dispatch-forming flags that `options` use. Consumes
     the module."""
@@ -66,10 +65,10 @@ def iree_view(module, target: str, options) -> tuple[list, dict]:
 REWRITE_MARGIN = 0.03  # a graph rewrite must predict this much gain over the program as written
 
 
-def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
-    """The plan the cost model predicts fastest for `target` (described by `desc`), and the
-    search's report."""
-    options = option_space(target)
+def search_plan(sft_text: str, target: Target) -> tuple[Plan, SearchReport]:
+    """The plan the cost model predicts fastest for `target`, and the search's report."""
+    options = list(target.options)
+    desc = target.desc
     flag_sets = sorted({o.formation_flags for o in options})
     # Batch expansion changes which dispatches IREE forms (and can bring two contractions next
     # to each other, making a chain), so the program is searched both ways, each on IREE's own
@@ -99,7 +98,7 @@ def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
     def searched(expand, opts):
         kernels, _, chains, seconds = variants[expand]
         mine = {f: p for (e, f), p in profiles.items() if e == expand and p is not None}
-        report = search_program(kernels, mine, desc, [o for o in opts if o.formation_flags in mine])
+        report = search_program(kernels, mine, target, [o for o in opts if o.formation_flags in mine])
         report.add_chains(chains, seconds)
         return report
 
@@ -126,11 +125,12 @@ def search_plan(sft_text: str, target: str, desc) -> tuple[Plan, SearchReport]:
                 driver=best.options.driver), report
 
 
-def searched_plan(program: Program, target: str, search: str, db: TuningDB) -> tuple[Plan, SearchReport]:
+def searched_plan(program: Program, target: Target | str, search: str,
+                  db: TuningDB) -> tuple[Plan, SearchReport]:
     """search="model" or "verify": replayed from the tuning database when this program's
     structure was searched before on this target and compiler, else searched (and recorded)."""
-    desc = describe(target)
-    tkey = target_key(desc)
+    target = get_target(target)
+    tkey = target.key(SEARCH_REVISION)
     hit = db.lookup_plan(program.workload, tkey, search)
     if hit is not None:
         try:
@@ -142,26 +142,25 @@ def searched_plan(program: Program, target: str, search: str, db: TuningDB) -> t
             return Plan.from_json(hit[0]), report
         except (SftError, ValueError, AttributeError):
             pass  # a stored record that no longer reads: search again, and overwrite it
-    plan, report = search_plan(program.sft_text, target, desc)
+    plan, report = search_plan(program.sft_text, target)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
             # results the compiled object keeps on the device (a training step's new state)
             keep = tuple(i for i, r in enumerate(program.signature.results) if r.kind == "state")
-            plan = verify(report, lambda p: lower(program.module(), p)[1], target, desc,
+            plan = verify(report, lambda p: lower(program.module(), p)[1], target,
                           program.timing_inputs(), db, progress=bar.update, keep=keep,
                           resident=len(program.state))
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
 
 
-def compile_program(program: Program, module, target: str = "host", plan: Plan | None = None,
+def compile_program(program: Program, module, target: Target | str = "host", plan: Plan | None = None,
                     search: str = "none") -> tuple[Plan, SearchReport | None, str, str, Artifact]:
     """Plan (given, searched or empty), lower and compile a prepared program; `module` is its
     raised sft module, consumed. Returns (plan, report, lowered, planned, artifact)."""
     if search not in ("none", "model", "verify"):
         raise SftError(f"search must be 'none', 'model' or 'verify', not {search!r}")
-    if target not in TARGETS:
-        raise SftError(f"unknown target {target!r} (known: {', '.join(sorted(TARGETS))})")
+    target = get_target(target)
     report, seconds = None, program.seconds
     start = time.perf_counter()
     if plan is None and search != "none":
@@ -180,7 +179,7 @@ def compile_program(program: Program, module, target: str = "host", plan: Plan |
     return plan, report, lowered, planned, artifact
 
 
-def _lower_and_compile(module, plan: Plan, target: str, seconds: dict):
+def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict):
     start = time.perf_counter()
     lowered, planned = lower(module, plan)
     lowered_at = time.perf_counter()
@@ -189,10 +188,11 @@ def _lower_and_compile(module, plan: Plan, target: str, seconds: dict):
     return lowered, planned, artifact
 
 
-def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = None,
+def compile(model, example_inputs=(), target: Target | str = "host", plan: Plan | None = None,
             search: str = "none", keep_ir: bool = False) -> CompiledModel:
     """Compile a torch.nn.Module or a JAX function (with example inputs), MLIR text or an .mlir
-    file for `target`.
+    file for `target` (a name from `sft targets`: host, cuda:sm_80, cuda:sm_90, rocm:gfx942,
+    vulkan:rdna3, or a Target).
 
     The model goes to linalg (a torch model's parameters and buffers as arguments, never as
     constants in the IR), is raised to sft, lowered with a plan, compiled by IREE and loaded,
@@ -200,12 +200,11 @@ def compile(model, example_inputs=(), target: str = "host", plan: Plan | None = 
     cost model's best, with search="verify" the fastest measured of the model's top picks; else
     empty (IREE decides everything). `keep_ir` keeps the text of every stage.
     """
-    if target not in TARGETS:  # before the import, which can take a while
-        raise SftError(f"unknown target {target!r} (known: {', '.join(sorted(TARGETS))})")
+    target = get_target(target)  # before the import, which can take a while
     return compile_prepared(*prepare(model, example_inputs), target, plan, search, keep_ir)
 
 
-def compile_prepared(program: Program, module, target: str = "host", plan: Plan | None = None,
+def compile_prepared(program: Program, module, target: Target | str = "host", plan: Plan | None = None,
                      search: str = "none", keep_ir: bool = False) -> CompiledModel:
     """`compile` of a prepared program (`module` is its raised sft module, consumed)."""
     plan, report, lowered, planned, artifact = compile_program(program, module, target, plan, search)

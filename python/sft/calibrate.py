@@ -1,5 +1,5 @@
 """`sft-calibrate`: measure the host's numbers for the cost model with short IREE
-microbenchmarks, and store them where `cost.targets.describe("host")` finds them.
+microbenchmarks, and store them where the `host` target (`targets/host.py`) finds them.
 
 Each number comes from a pair of programs timed side by side (interleaved processes, medians),
 so that what is measured is a difference or a ratio, not one noisy absolute time.
@@ -15,7 +15,7 @@ import numpy as np
 from .backend import compile_module, profile
 from .backend.bench import Variant, benchmark
 from .cost.model import default_candidate, predict
-from .cost.targets import HOST, calibration_file
+from .targets.host import calibration_file, detected_description
 from .measure import kernel_inputs, kernel_program
 from .space.kernels import Kernel
 from .space.options import DATA_TILING, SERIAL_DRIVER, UKERNELS
@@ -49,6 +49,7 @@ def chain_program(regions: int, n: int) -> str:
 
 def measure_host(rounds: int = 7, progress=None) -> dict:
     """The measured fields of the host's TargetDesc."""
+    host = detected_description()
     variants = {}
     for regions in (1, 17):
         art = compile_module(chain_program(regions, 256))
@@ -77,7 +78,7 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
     # One core's achievable FLOP rate scaled so that the model predicts IREE's default matmul
     # as measured: the model's shape terms stay, its scale comes from this machine.
     default = default_candidate(MATMUL, profile(kernel_program(MATMUL, None)).dispatches[0])
-    predicted = predict(MATMUL, np.zeros((1, 5), int), HOST, cores=1, default=default)[0]
+    predicted = predict(MATMUL, np.zeros((1, 5), int), host, cores=1, default=default)[0]
     work = m["default/sync"] - t["chain1/sync"]
     # The executor's speed-up on the matmul's work alone: each driver's own call cost (the
     # one-dispatch chain) comes off its time first, or the wake-up would read as no speed-up.
@@ -89,8 +90,8 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         "serial_dispatch_overhead": serial_dispatch,
         "dram_bandwidth": 2 * big * 4 / stream,
         "l2_bandwidth": 2 * small * 4 / max(l2 - t["chain1/sync"], 1e-9),
-        "peak_flops_f32": HOST.peak_flops_f32 * predicted / work,
-        "parallel_efficiency": min(max(work / parallel_work - 1.0, 0.0), 1.0) / (HOST.cores - 1),
+        "peak_flops_f32": host.peak_flops_f32 * predicted / work,
+        "parallel_efficiency": min(max(work / parallel_work - 1.0, 0.0), 1.0) / max(host.cores - 1, 1),
         "data_tiling_speedup": m["default/sync"] / m["dt/sync"],
         "ukernel_speedup": m["default/sync"] / m["uk/sync"],
         "data_tiling_ukernel_speedup": m["default/sync"] / m["dt+uk/sync"],
@@ -100,6 +101,6 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
 def calibrate(rounds: int = 7, progress=None) -> dict:
     """Measure and store the host's numbers; returns them."""
     measured = measure_host(rounds, progress)
-    dataclasses.replace(HOST, **measured)  # a field the description lacks fails here, not later
+    dataclasses.replace(detected_description(), **measured)  # a field the description lacks fails here, not later
     calibration_file().write_text(json.dumps(measured, indent=2, sort_keys=True))
     return measured

@@ -13,19 +13,17 @@ second run replays them.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
 from dataclasses import dataclass
 
 from .backend import compile_module
 from .backend.bench import Variant, benchmark
 from .backend.timing import loaded_call, time_variants
-from .cost.targets import TargetDesc
 from .errors import SftError
 from .plan import Plan, TileConfig
 from .search.exhaustive import KernelChoice, SearchReport
 from .space.kernels import Kernel
-from .space.options import SERIAL_DRIVER
+from .targets import Target
 from .tuning_db import TuningDB
 
 _TYPES = {2: "f16", 4: "f32", 8: "f64"}
@@ -75,24 +73,17 @@ def kernel_inputs(kernel: Kernel) -> list[str]:
     return out
 
 
-def target_key(desc: TargetDesc) -> str:
-    """The target part of a tuning-database key: its description, and the revision of the space
-    and cost model that searched it (a new revision searches again instead of replaying)."""
-    text = f"{SEARCH_REVISION}|{desc.to_json()}"
-    return f"{desc.name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-
-
 @dataclass
 class KernelMeasurement:
     best: int                      # candidate index measured fastest (0: IREE's default)
     seconds: dict                  # candidate index -> seconds, None where it failed
 
 
-def measure_candidates(kernel: Kernel, space, indices, target: str, desc: TargetDesc, db: TuningDB,
+def measure_candidates(kernel: Kernel, space, indices, target: Target, db: TuningDB,
                        predicted: dict | None = None, rounds: int = 3, progress=None) -> dict:
     """Seconds per call of the kernel alone under each candidate index (None: failed), from
     the tuning database where known, else compiled and timed (and recorded)."""
-    workload, tkey = kernel.key(), target_key(desc)
+    workload, tkey = kernel.key(), target.key(SEARCH_REVISION)
     known = db.measurements(workload, tkey)
     predicted = predicted or {}
     seconds, variants = {}, {}
@@ -103,7 +94,7 @@ def measure_candidates(kernel: Kernel, space, indices, target: str, desc: Target
             continue
         try:
             variants[index] = Variant(compile_module(kernel_program(kernel, config), target),
-                                      SERIAL_DRIVER if target == "host" else "")
+                                      target.kernel_driver)
         except SftError:
             seconds[index] = None
             db.record_measurement(workload, tkey, repr(config), predicted.get(index), None)
@@ -115,17 +106,17 @@ def measure_candidates(kernel: Kernel, space, indices, target: str, desc: Target
     return seconds
 
 
-def measure_kernel(choice: KernelChoice, target: str, desc: TargetDesc, db: TuningDB,
+def measure_kernel(choice: KernelChoice, target: Target, db: TuningDB,
                    top_k: int = 3, progress=None) -> KernelMeasurement:
     """Time the top-k predicted candidates and IREE's default of one kernel, alone."""
     indices = list(dict.fromkeys([*choice.ranked[:top_k], 0]))
-    seconds = measure_candidates(choice.kernel, choice.space, indices, target, desc, db,
+    seconds = measure_candidates(choice.kernel, choice.space, indices, target, db,
                                  dict(zip(choice.ranked, choice.predicted)), progress=progress)
     ok = {i: s for i, s in seconds.items() if s is not None}
     return KernelMeasurement(_significant_best(ok, 0) if ok else 0, seconds)
 
 
-def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inputs: list,
+def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            db: TuningDB, top_options: int = 4, top_k: int = 3, rounds: int = 5,
            progress=None, keep: tuple[int, ...] = (), resident: int = 0) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles)
@@ -138,7 +129,7 @@ def verify(report: SearchReport, lower_plan, target: str, desc: TargetDesc, inpu
     if tiled is not None:
         picked = []
         for choice in tiled.kernels:
-            result = measure_kernel(choice, target, desc, db, top_k, progress=progress)
+            result = measure_kernel(choice, target, db, top_k, progress=progress)
             for index, seconds in result.seconds.items():
                 report.measured[f"op {choice.kernel.op_id} candidate {index}"] = seconds
             if result.best != 0:

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cost.model import predict
 from .space.kernels import Kernel
-from .space.tiles import tile_space
 
 
 @dataclass
@@ -51,11 +49,11 @@ class KernelQuality:
         return self.measured[int(np.argmin(self.predicted))] / min(self.measured)
 
 
-def sample_candidates(kernel: Kernel, desc, default, count: int, top: int = 5, seed: int = 0):
-    """(space, indices, predicted seconds): the model's top `top`, IREE's default and a random
-    spread of the rest, `count` in all."""
-    space = tile_space(kernel)
-    times = predict(kernel, space.candidates, desc, cores=1, default=default)
+def sample_candidates(kernel: Kernel, target, default, count: int, top: int = 5, seed: int = 0):
+    """(space, indices, predicted seconds) on one core of `target`: the model's top `top`,
+    IREE's default and a random spread of the rest, `count` in all."""
+    space = target.codegen.space(kernel)
+    times = target.codegen.predict(kernel, space.candidates, target.desc, 1, default)
     order = [int(i) for i in np.argsort(times, kind="stable")]
     chosen = list(dict.fromkeys([*order[:top], 0]))
     rest = [i for i in order if i not in chosen]

@@ -11,7 +11,9 @@ import sft
 from sft import ir
 from sft.api import linalg_of, to_sft
 from sft.cost.model import compute_floor, predict
-from sft.cost.targets import HOST
+from sft.targets import get_target
+
+HOST = get_target("host").desc
 from sft.errors import IllegalPlan
 from sft.models import SUITE
 from sft.passes import ExpandBatchPass

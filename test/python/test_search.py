@@ -8,25 +8,28 @@ import torch
 
 import sft
 from sft.cost.model import predict
-from sft.cost.targets import HOST, TargetDesc
+from sft.cost.hardware import TargetDesc
 from sft.models import SUITE
 from sft.backend.profile import Dispatch, Profile
 from sft.search import search_program
 from sft.space.kernels import Kernel
-from sft.space.options import ModuleOptions, option_space
+from sft.space.options import ModuleOptions, cpu_option_space
+from sft.targets import get_target
 from sft.cost.host import host_isa
 from sft.space.tiles import legal, tile_space
 
 MATMUL = Kernel(op_id=0, domain=(64, 64, 64), roles=("m", "n", "k"), element_bytes=4, maps=())
-SIMPLE = TargetDesc(name="simple", backend="host", cores=1, simd_f32=16, vector_registers=32,
+SIMPLE = TargetDesc(name="simple", cores=1, simd_f32=16, vector_registers=32,
                     peak_flops_f32=1e9, l1_bytes=32768, l2_bytes=1 << 20, l1_bandwidth=1e11,
                     l2_bandwidth=1e10, dram_bandwidth=1e9, dispatch_overhead=0.0,
                     workgroup_overhead=0.0, parallel_efficiency=1.0)
+HOST_TARGET = get_target("host")
+HOST = HOST_TARGET.desc
 
 
 def _everywhere(profile):
     """The same IREE profile under every option set's dispatch-forming flags."""
-    return {o.formation_flags: profile for o in option_space("host")}
+    return {o.formation_flags: profile for o in cpu_option_space()}
 
 
 def test_cost_model_hand_computed():
@@ -62,7 +65,7 @@ def test_space_is_legal_and_keeps_iree_default():
 def test_search_finds_the_brute_force_optimum():
     small = Kernel(1, (4, 16, 32, 16), ("b", "m", "n", "k"), 4, ())
     profile = Profile((Dispatch(0, "batch_matmul_4x16x32x16_f32", small.domain, 0, None),), 1)
-    report = search_program([small], _everywhere(profile), HOST, [ModuleOptions()], top_k=3)
+    report = search_program([small], _everywhere(profile), HOST_TARGET, [ModuleOptions()], top_k=3)
     choice = report.choices[0]
     brute = [predict(small, choice.space.candidates[i:i + 1], HOST)[0] for i in range(len(choice.space))]
     assert choice.best == int(np.argmin(brute))
@@ -74,9 +77,9 @@ def test_search_weighs_driver_overheads_against_parallelism():
     # One tiny dispatch: the parallel executor's wake-up dominates, so inline (serial) wins; a
     # large matmul on a target whose second core really helps goes parallel.
     tiny = Profile((Dispatch(0, "elementwise_8x256_f32", (8, 256), 16384, None),), 1)
-    target = dataclasses.replace(HOST, invoke_overhead=50e-6, serial_invoke_overhead=2e-6,
-                                 parallel_efficiency=0.9)
-    options = option_space("host")
+    target = dataclasses.replace(HOST_TARGET, desc=dataclasses.replace(
+        HOST, invoke_overhead=50e-6, serial_invoke_overhead=2e-6, parallel_efficiency=0.9))
+    options = cpu_option_space()
     report = search_program([], _everywhere(tiny), target, options)
     assert report.ranked[0].options.serial
     big = Kernel(0, (1024, 1024, 1024), ("m", "n", "k"), 4, ())
@@ -87,8 +90,8 @@ def test_search_weighs_driver_overheads_against_parallelism():
 
 
 def test_option_space_keeps_the_default_first():
-    assert option_space("host")[0] == ModuleOptions()
-    assert option_space("cuda") == [ModuleOptions()]
+    assert cpu_option_space()[0] == ModuleOptions()
+    assert get_target("cuda:sm_80").options == (ModuleOptions(),)
     assert ModuleOptions(data_tiling=True).flags and not ModuleOptions(data_tiling=True).keeps_tiles
     assert ModuleOptions(serial=True).driver == "local-sync"
 

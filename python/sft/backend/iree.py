@@ -10,40 +10,20 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import SftError
 from ..paths import scratch_dir
 from . import cache
 from .profile import Profile, parse_profile
 
-
-@dataclass(frozen=True)
-class Target:
-    """Where code runs: the flags that pick an IREE backend and the runtime driver for it."""
-
-    name: str
-    flags: tuple[str, ...]
-    driver: str
+if TYPE_CHECKING:
+    from ..targets import Target
 
 
 # IREE demotes f64 to f32 by default, silently: a program's f64 arithmetic (torch-mlir computes
 # var/std through f64) must stay f64, so every target keeps it.
 KEEP_F64 = "--iree-input-demote-f64-to-f32=false"
-# The CPU model IREE generates code for: this machine's unless SFT_HOST_CPU names another
-# (e.g. `haswell` to run AVX2 code on an AVX-512 machine, as the tests of both forms do).
-HOST_CPU = os.environ.get("SFT_HOST_CPU", "host")
-
-TARGETS = {
-    "host": Target("host", ("--iree-hal-target-device=local",
-                            "--iree-hal-local-target-device-backends=llvm-cpu",
-                            f"--iree-llvmcpu-target-cpu={HOST_CPU}", KEEP_F64), "local-task"),
-    "cuda": Target("cuda", ("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80", KEEP_F64),
-                   "cuda"),
-    "hip": Target("hip", ("--iree-hal-target-device=hip", "--iree-rocm-target=gfx942", KEEP_F64),
-                  "hip"),
-    "vulkan": Target("vulkan", ("--iree-hal-target-device=vulkan",
-                                "--iree-vulkan-target=rdna3", KEEP_F64), "vulkan"),
-}
 
 
 @dataclass(frozen=True)
@@ -145,11 +125,9 @@ def _iree_compile() -> str:
 
 def target_of(target: Target | str) -> Target:
     """A Target, by itself or by name; an unknown name is an SftError listing the known ones."""
-    if isinstance(target, Target):
-        return target
-    if target not in TARGETS:
-        raise SftError(f"unknown target '{target}' (known: {', '.join(sorted(TARGETS))})")
-    return TARGETS[target]
+    from ..targets import get_target  # the targets import the cost model: not at start-up
+
+    return get_target(target)
 
 
 def _compiler_input(tmp: Path, text: str) -> Path:
@@ -182,13 +160,13 @@ def compile_module(text: str, target: Target | str = "host", flags: tuple[str, .
     a whole module (an iree-compile that exited 0 but was cut short) is an SftError and is not
     cached."""
     target = target_of(target)
-    entry_key = cache.key(text, target.name, target.flags, flags)
+    entry_key = cache.key(text, target.name, target.compile_key(), flags)
     if use_cache:
         hit = cache.read_module(entry_key)
         if hit is not None:
             return Artifact(hit[0], hit[1], target, flags)
     with scratch_dir() as tmp:
-        src, out, stats = _compiler_input(tmp, text), tmp / "out.vmfb", tmp / "stats.json"
+        src, out, stats = _compiler_input(tmp, target.module_text(text)), tmp / "out.vmfb", tmp / "stats.json"
         _run_compile([str(src), "-o", str(out), *target.flags, *flags,
                       "--iree-scheduling-dump-statistics-format=json",
                       f"--iree-scheduling-dump-statistics-file={stats}"], timeout)
@@ -231,13 +209,13 @@ def profile(text: str, target: Target | str = "host", flags: tuple[str, ...] = (
     """IREE's dispatches and default lowering configs for a program, compiled only as far as
     `executable-configurations`. Cached parsed (the configured IR holds the weights as text)."""
     target = target_of(target)
-    entry_key = cache.key(text, target.name, target.flags,
+    entry_key = cache.key(text, target.name, target.compile_key(),
                           (*flags, "executable-configurations", cache.PROFILE_FORMAT))
     cached = cache.read_profile(entry_key)
     if cached is not None:
         return cached
     with scratch_dir() as tmp:
-        src, out = _compiler_input(tmp, text), tmp / "out.mlir"
+        src, out = _compiler_input(tmp, target.module_text(text)), tmp / "out.mlir"
         _run_compile([str(src), "-o", str(out), *target.flags, *flags,
                       "--compile-to=executable-configurations"], timeout)
         try:

@@ -73,3 +73,62 @@ def host_isa() -> HostISA:
         if "asimd" in flags or os.uname().machine in ("aarch64", "arm64"):
             return NEON
     return SSE  # an unknown model: the narrowest vectors, whose limits every x86 CPU meets
+
+
+@dataclass(frozen=True)
+class HostCaches:
+    """Data cache sizes in bytes as one core sees them: L1 and L2 per core (a cache shared by
+    several cores counts its share), the last level for the whole chip."""
+
+    l1_bytes: int
+    l2_bytes: int
+    last_level_bytes: int
+
+
+# What the cost model assumes where the machine does not say (no sysfs, a container hiding it).
+DEFAULT_CACHES = HostCaches(32 * 1024, 1024 * 1024, 8 * 1024 * 1024)
+_UNITS = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+
+
+def _size(text: str) -> int:
+    text = text.strip()
+    return int(text[:-1]) * _UNITS[text[-1]] if text[-1:] in _UNITS else int(text)
+
+
+def _cpu_count(cpu_list: str) -> int:
+    """CPUs in a sysfs list such as `0-3,8`."""
+    count = 0
+    for part in cpu_list.strip().split(","):
+        low, _, high = part.partition("-")
+        count += int(high or low) - int(low) + 1
+    return count
+
+
+def read_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> HostCaches:
+    """The data caches of CPU 0 from sysfs (`index*/level, type, size, shared_cpu_list`); the
+    defaults for what is not there or does not read."""
+    per_core: dict[int, int] = {}
+    whole: dict[int, int] = {}
+    for index in sorted(root.glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            size = _size((index / "size").read_text())
+            sharing = _cpu_count((index / "shared_cpu_list").read_text())
+        except (OSError, ValueError, KeyError):
+            continue
+        per_core[level], whole[level] = size // max(sharing, 1), size
+    if 1 not in per_core:
+        return DEFAULT_CACHES
+    last = max(whole)
+    return HostCaches(per_core[1], per_core.get(2, DEFAULT_CACHES.l2_bytes),
+                      whole[last] if last >= 2 else DEFAULT_CACHES.last_level_bytes)
+
+
+def host_cores() -> int:
+    """Cores this process may run on (its affinity mask: a container or `taskset` limits it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

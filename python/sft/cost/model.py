@@ -16,7 +16,7 @@ import numpy as np
 from ..backend.profile import Dispatch, Profile
 from ..space.kernels import Kernel
 from ..space.options import ModuleOptions
-from .targets import TargetDesc
+from .hardware import TargetDesc
 
 # IREE's CPU choice for a matmul when its own config cannot be read: what it picks for the
 # shapes of the suite on AVX-512 (distribution 32x64, vector 8x16, reduction 16).

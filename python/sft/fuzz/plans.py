@@ -6,7 +6,7 @@ as the decisions before it left it:
 - expand: a random subset of the contractions `expandable` names;
 - orders: for each chain `space.chains.chain_sites` finds in the expanded program, sometimes a
   random order other than the written one that `Chain.is_order` accepts;
-- options: one of the 16 backend option sets of `option_space("host")` (flags and driver),
+- options: one of the target's backend option sets (16 on the host: flags and driver),
   drawn more often among those that keep IREE's contraction codegen (`keeps_tiles`);
 - tiles (only under `keeps_tiles`, as the search requires): for each kernel of
   `contraction_kernels` in the reordered program that the search would tile too, sometimes a
@@ -33,8 +33,8 @@ from ..plan import Plan, Tree
 from ..space.chains import chain_sites
 from ..space.kernels import contraction_kernels
 from ..search.exhaustive import as_compiled
-from ..space.options import ModuleOptions, option_space
-from ..space.tiles import tile_space
+from ..space.options import ModuleOptions
+from ..targets import Target, get_target
 from .choosers import Chooser
 
 P_EXPAND, P_REORDER, P_TILE, P_GROUP = 0.5, 0.6, 0.7, 0.1
@@ -65,8 +65,9 @@ def compute_op_count(module) -> int:
                if op.name in dialect.COMPUTE_OPS)
 
 
-def draw_plan(sft_text: str, ch: Chooser, target: str = "host", all_kernels: bool = False) -> Plan:
+def draw_plan(sft_text: str, ch: Chooser, target: Target | str = "host", all_kernels: bool = False) -> Plan:
     """A random plan for the program; every sft call it makes is one the search makes too."""
+    target = get_target(target)
     module = to_sft(sft_text)
     expand = tuple(i for i in expandable(module) if ch.flag(P_EXPAND))
     ExpandBatchPass(expand)(module)
@@ -77,7 +78,7 @@ def draw_plan(sft_text: str, ch: Chooser, target: str = "host", all_kernels: boo
             orders.append((site.chain.op_id, tree))
     orders = tuple(orders)
     ReassociatePass(orders)(module)
-    spaces = option_space(target)
+    spaces = list(target.options)
     options = spaces[ch.int(0, len(spaces) - 1)]
     if ch.flag(0.4):  # more often than 4 in 16: the option sets under which tiles apply
         options = ch.pick([o for o in spaces if o.keeps_tiles])
@@ -87,15 +88,16 @@ def draw_plan(sft_text: str, ch: Chooser, target: str = "host", all_kernels: boo
         first = ch.int(0, count - 2)
         groups = (tuple(range(first, ch.int(first + 1, count - 1) + 1)),)
     tiles = []
-    kernels = contraction_kernels(module) if options.keeps_tiles and ch.flag(P_TILE) else []
+    kernels = contraction_kernels(module) if (target.codegen is not None and options.keeps_tiles
+                                              and ch.flag(P_TILE)) else []
     if kernels and not all_kernels:
         try:
             kernels, profiles = iree_view(module, target, [ModuleOptions()])  # consumes the module
-            kernels = as_compiled(kernels, profiles[()])[0]
+            kernels = as_compiled(kernels, profiles[()], target)[0]
         except SftError:
             kernels = []  # IREE refuses the program itself: compiling it will say so
     for kernel in kernels:
-        space = tile_space(kernel)
+        space = target.codegen.space(kernel)
         if ch.flag(P_TILE) and len(space) > 1:
             tiles.append((kernel.op_id, space.config(ch.int(1, len(space) - 1))))
     return Plan(expand=expand, orders=orders, groups=groups, tiles=tuple(tiles),

@@ -12,19 +12,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend.profile import Profile
-from ..cost.model import (default_candidate, memory_bound, option_speedup, other_dispatches,
-                          overheads, predict)
-from ..cost.targets import TargetDesc
+from ..cost.model import memory_bound, option_speedup, other_dispatches, overheads
 from .chains import plan_orders
 from ..space.kernels import Kernel, in_layout
 from ..space.options import ModuleOptions
-from ..space.tiles import TileSpace, tile_space
+from ..targets import Target
 
 
 @dataclass(frozen=True)
 class KernelChoice:
     kernel: Kernel
-    space: TileSpace
+    space: object                      # the target codegen's space (TileSpace on CPU)
     ranked: tuple[int, ...]            # candidate indices, best predicted first (0 always kept)
     predicted: tuple[float, ...]       # their predicted seconds
 
@@ -136,9 +134,10 @@ class SearchReport:
         return json.dumps(self.to_dict(), indent=2, default=str)
 
 
-def rank_tiles(kernel: Kernel, space: TileSpace, target: TargetDesc, cores: int,
-               default: tuple[int, ...], top_k: int) -> KernelChoice:
-    times = predict(kernel, space.candidates, target, cores, default)
+def rank_tiles(kernel: Kernel, space, target: Target, cores: int, default: tuple[int, ...],
+               top_k: int) -> KernelChoice:
+    """The kernel's top-k candidates by the target's model, IREE's default (row 0) among them."""
+    times = target.codegen.predict(kernel, space.candidates, target.desc, cores, default)
     order = np.argsort(times, kind="stable")
     keep = [int(i) for i in order[:top_k]]
     if 0 not in keep:
@@ -154,45 +153,48 @@ def _reductions_innermost(kernel: Kernel) -> bool:
     return "k" not in roles or all(r == "k" for r in roles[roles.index("k"):])
 
 
-def as_compiled(kernels: list[Kernel], profile: Profile) -> tuple[list[Kernel], list[tuple]]:
+def as_compiled(kernels: list[Kernel], profile: Profile, target: Target) -> tuple[list[Kernel], list[tuple]]:
     """The kernels in the operand layouts IREE compiles them in, and IREE's default candidate
     for each, both read from its dispatches. A kernel with no dispatch of its loop extents, or
     whose summed loops are not innermost, is
     restructured by IREE (loops permuted, transposes folded in): a config sft imposed would not
     describe what IREE compiles, so it keeps IREE's own and counts among the other dispatches."""
+    if target.codegen is None:  # IREE's own configs everywhere
+        return [], []
     seen = [(k, profile.contraction(k.domain)) for k in kernels if _reductions_innermost(k)]
-    seen = [(k, d) for k, d in seen if d is not None]
-    return [in_layout(k, d.maps) for k, d in seen], [default_candidate(k, d) for k, d in seen]
+    seen = [(in_layout(k, d.maps), d) for k, d in seen if d is not None]
+    return [k for k, _ in seen], [target.codegen.default(k, d) for k, d in seen]
 
 
-def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profile], target: TargetDesc,
+def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profile], target: Target,
                    options: list[ModuleOptions], top_k: int = 5) -> SearchReport:
     """Rank every option set by the predicted time of its best plan. `profiles` maps the
     options' dispatch-forming flags (`ModuleOptions.formation_flags`) to IREE's view of the
     program under them."""
     report = SearchReport()
     start = time.perf_counter()
-    kernels, defaults = as_compiled(kernels, profiles[()])
-    spaces = [tile_space(k) for k in kernels]
+    kernels, defaults = as_compiled(kernels, profiles[()], target)
+    spaces = [target.codegen.space(k) for k in kernels]
+    desc = target.desc
     by_cores: dict[int, list[KernelChoice]] = {}
-    for cores in sorted({1 if o.serial else target.cores for o in options}):
+    for cores in sorted({1 if o.serial else desc.cores for o in options}):
         by_cores[cores] = [rank_tiles(k, s, target, cores, d, top_k)
                            for k, s, d in zip(kernels, spaces, defaults)]
         report.scored += sum(len(s) for s in spaces)
     rests: dict[tuple, float] = {}
     for o in options:
-        cores = 1 if o.serial else target.cores
+        cores = 1 if o.serial else desc.cores
         profile = profiles[o.formation_flags]
         choices = by_cores[cores]
         if o.keeps_tiles:
             kernel_time = sum(c.predicted[0] for c in choices)
         else:
-            kernel_time = sum(c.default_prediction() for c in choices) / option_speedup(o, target)
+            kernel_time = sum(c.default_prediction() for c in choices) / option_speedup(o, desc)
         key = (o.formation_flags, cores)
         if key not in rests:  # the same for every option set that forms the same dispatches
-            rests[key] = sum(memory_bound(d, target, cores) for d in other_dispatches(profile, kernels))
+            rests[key] = sum(memory_bound(d, desc, cores) for d in other_dispatches(profile, kernels))
         rest = rests[key]
-        total = kernel_time + rest + overheads(o, profile.dispatch_count, target)
+        total = kernel_time + rest + overheads(o, profile.dispatch_count, desc)
         report.ranked.append(OptionChoice(o, total, tuple(choices)))
     report.ranked.sort(key=lambda o: o.predicted)
     tiled = sum(o.keeps_tiles for o in options)

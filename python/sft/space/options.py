@@ -53,10 +53,8 @@ class ModuleOptions:
         return "+".join(parts)
 
 
-def option_space(target: str) -> list[ModuleOptions]:
-    """The options that apply to a target; the default first. GPU targets keep their default:
-    these switches are CPU codegen and CPU runtime choices."""
-    if target != "host":
-        return [ModuleOptions()]
+def cpu_option_space() -> list[ModuleOptions]:
+    """The option sets of a CPU target, the default first (GPU targets keep their default:
+    these switches are CPU codegen and CPU runtime choices)."""
     return [ModuleOptions(dt, uk, serial, fusion)
             for fusion, serial, dt, uk in itertools.product((False, True), repeat=4)]

@@ -153,25 +153,25 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
 
 def quality(models: list[str], kernels: int, candidates: int, rounds: int, seed: int = 0) -> dict:
     from ..api import iree_view, linalg_of, to_sft
-    from ..cost.targets import describe
     from ..measure import measure_candidates
     from ..search.exhaustive import as_compiled
     from ..space.options import ModuleOptions
     from ..quality import KernelQuality, sample_candidates, summarize
+    from ..targets import get_target
     from ..tuning_db import TuningDB
 
-    desc, db = describe("host"), TuningDB()
+    target, db = get_target("host"), TuningDB()
     unique = {}
     for name in models:
         case = BENCH_SUITE[name]
         module = to_sft(linalg_of(case.build(), case.inputs())[0])
-        found, profiles = iree_view(module, "host", [ModuleOptions()])
-        for k, default in zip(*as_compiled(found, profiles[()])):
+        found, profiles = iree_view(module, target, [ModuleOptions()])
+        for k, default in zip(*as_compiled(found, profiles[()], target)):
             unique.setdefault(k.key(), (k, default))
     results = []
     for kernel, default in tqdm(list(unique.values())[:kernels], desc="kernels", unit="kernel"):
-        space, indices, predicted = sample_candidates(kernel, desc, default, candidates, seed=seed)
-        measured = measure_candidates(kernel, space, indices, "host", desc, db,
+        space, indices, predicted = sample_candidates(kernel, target, default, candidates, seed=seed)
+        measured = measure_candidates(kernel, space, indices, target, db,
                                       dict(zip(indices, predicted)), rounds=rounds)
         keep = [i for i, idx in enumerate(indices) if measured.get(idx) is not None]
         results.append(KernelQuality(kernel, [indices[i] for i in keep], [predicted[i] for i in keep],

@@ -9,7 +9,7 @@ import sys
 from tqdm import tqdm
 
 from ..calibrate import calibrate
-from ..cost.targets import calibration_file
+from ..targets.host import calibration_file
 from .opt import run_tool
 
 

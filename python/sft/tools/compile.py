@@ -12,8 +12,8 @@ import numpy as np
 
 from ..api import searched_plan
 from ..program import lower, prepare
-from ..backend import TARGETS, compile_module
-from ..backend.iree import target_of
+from ..backend import compile_module
+from ..targets import get_target, target_names
 from ..errors import SftError
 from ..plan import Plan
 from ..tuning_db import TuningDB
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "`example_inputs`")
     p.add_argument("-o", "--output", help="output .vmfb (default: input name with .vmfb)")
     # Not argparse choices: an unknown target is one error line and exit code 1, like any other.
-    p.add_argument("--target", default="host", help=f"one of {', '.join(sorted(TARGETS))}")
+    p.add_argument("--target", default="host", help=f"one of {', '.join(target_names())} (default host; `sft targets` describes them)")
     p.add_argument("--plan", help="JSON plan file (default: empty plan, IREE decides)")
     p.add_argument("--search", choices=["none", "model", "verify"], default="none",
                    help="model: the cost model's best plan; verify: the best measured (default: "
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _compile(args) -> int:
-    target_of(args.target)
+    target = get_target(args.target)
     suffix = {"vmfb": "vmfb", "sft": "sft.mlir", "linalg": "linalg.mlir", "plan": "plan.json"}
     output = args.output or str(Path(args.input).with_suffix("." + suffix[args.emit]))
     read_input(args.input)  # missing, unreadable or not UTF-8: one error naming the file
@@ -83,7 +83,7 @@ def _compile(args) -> int:
     else:
         program, module = prepare(Path(args.input))
     if args.search != "none" and not args.plan:
-        plan, report = searched_plan(program, args.target, args.search, TuningDB())
+        plan, report = searched_plan(program, target, args.search, TuningDB())
         print(report.to_text(), file=sys.stderr)
         if args.report:
             write_output(args.report, report.to_json() if args.report.endswith(".json")
@@ -97,7 +97,7 @@ def _compile(args) -> int:
     elif args.emit == "linalg":
         write_output(output, planned)
     else:
-        artifact = compile_module(planned, args.target, plan.flags)
+        artifact = compile_module(planned, target, plan.flags)
         write_output(output, artifact.vmfb)
         run_on = f"; run it with --device={plan.driver}" if plan.driver else ""
         print(f"{output}: {artifact.dispatch_count} dispatches{run_on}", file=sys.stderr)

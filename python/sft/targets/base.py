@@ -1,0 +1,74 @@
+"""A target: everything the search, the cost model, verify and the backend need to know about
+where code runs, in one object (as TVM's TuneContext carries one target to every role).
+
+A target is a name (`host`, `cuda:sm_90`, ...), the iree-compile flags that build for it (and,
+where IREE has no flag for the device, the `#hal.device.target` the module carries instead),
+the runtime driver, its hardware description (the program-level cost terms) and its kernel
+code generation: the space of configs searched per contraction and the model that ranks them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from ..backend.iree import KEEP_F64  # noqa: F401  (every target passes it)
+from ..cost.hardware import TargetDesc
+from ..space.kernels import Kernel
+from ..space.options import ModuleOptions
+
+
+
+class Codegen(Protocol):
+    """A kernel decision space and the cost model that ranks it, for one kind of codegen."""
+
+    def space(self, kernel: Kernel):
+        """The candidates for a kernel: `.candidates` (rows; row 0 = IREE's default) and
+        `.config(index)` (the decision record imposed on the kernel; None for row 0)."""
+
+    def default(self, kernel: Kernel, dispatch) -> tuple:
+        """IREE's own choice for the kernel as a candidate row, read from its dispatch."""
+
+    def predict(self, kernel: Kernel, candidates: np.ndarray, desc: TargetDesc, cores: int,
+                default: tuple) -> np.ndarray:
+        """Predicted seconds per candidate row on `cores` cores (row of zeros: `default`)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str                          # as users write it: host, cuda:sm_80, rocm:gfx942, ...
+    about: str                         # one line for `sft targets`
+    flags: tuple[str, ...]             # iree-compile options that build for it
+    driver: str                        # IREE runtime driver that runs it
+    desc: TargetDesc                   # hardware numbers for the program-level cost terms
+    codegen: Codegen | None            # kernel configs searched; None: IREE's own everywhere
+    options: tuple[ModuleOptions, ...] = (ModuleOptions(),)  # backend option sets; default first
+    kernel_driver: str = ""            # driver a kernel is timed on alone ("": `driver`)
+    device_attr: str = ""              # #hal.device.target the module carries, where no flag says it
+
+    def module_text(self, text: str) -> str:
+        """`text` as iree-compile gets it: with this target's device on the module where the
+        target is named by an attribute rather than flags."""
+        if not self.device_attr:
+            return text
+        attr = f"hal.device.targets = [{self.device_attr}]"
+        found = re.search(r"^module(?: @[\w.$-]+)?(?: attributes \{)?", text, re.M)
+        if found is None:  # bare functions: wrap them
+            return f"module attributes {{{attr}}} {{\n{text}\n}}\n"
+        head = found.group(0)
+        new = f"{head} {attr}," if head.endswith("{") else f"{head} attributes {{{attr}}}"
+        return text[:found.start()] + new + text[found.end():]
+
+    def compile_key(self) -> tuple[str, ...]:
+        """What of the target decides the code IREE builds (the module cache's key)."""
+        return (*self.flags, self.device_attr) if self.device_attr else self.flags
+
+    def key(self, revision: int) -> str:
+        """The target part of a tuning-database key: its name, flags and hardware numbers, and
+        the revision of the space and cost model (a new revision searches again)."""
+        text = f"{revision}|{self.compile_key()}|{self.desc.to_json()}"
+        return f"{self.name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
