@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from ..cost.model import compute_floor, predict, untiled_contraction
-from ..cost.targets import TargetDesc
+from ..cost.hardware import TargetDesc
 from ..plan import Tree
 from ..space.chains import Chain, Step, step_flops
 from ..space.tiles import tile_space
