@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 
-from .iree import Artifact
+from .iree import Artifact, run_group
+
+GPU_DRIVERS = ("cuda", "hip", "vulkan")
 
 _CONFIGS: dict[str, object] = {}
 
@@ -57,3 +63,29 @@ def to_host(value):
 def load(artifact: Artifact, entry: str = "main", driver: str = "") -> Loaded:
     """Load a module on `driver` (the target's own when empty)."""
     return Loaded(artifact, entry, driver)
+
+
+# Run in a child process: a GPU driver can hang or crash while it loads (a broken ICD, a driver
+# library that does not match the kernel module); the doctor reports it and goes on.
+_QUERY = """
+import json, iree.runtime as rt
+found = []
+for name in %r:
+    try:
+        devices = rt.get_driver(name).query_available_devices()
+    except Exception:  # the driver's library (libcuda, libamdhip64, libvulkan) is not there
+        continue
+    found += [{"driver": name, "id": d.get("device_id"), "name": d.get("name") or "",
+               "path": d.get("path") or ""} for d in devices]
+print(json.dumps(found))
+"""
+
+
+def gpu_devices(drivers=GPU_DRIVERS, timeout: float = 60.0) -> list[dict]:
+    """The GPUs IREE's runtime reports ({driver, id, name, path}); none where a driver's library
+    is missing, the query fails or it does not answer within `timeout` seconds."""
+    try:
+        proc = run_group([sys.executable, "-c", _QUERY % (drivers,)], timeout)
+        return json.loads(proc.stdout) if proc.returncode == 0 else []
+    except (subprocess.TimeoutExpired, OSError, ValueError):
+        return []
