@@ -49,3 +49,21 @@ def _dies_on_second_call():
 def test_a_worker_that_dies_mid_run_is_recorded_not_waited_for():
     medians, errors = time_in_processes({"dies": (_dies_on_second_call, ())}, 2, 1, timeout=60)
     assert medians == {"dies": None} and "died" in errors["dies"]
+
+
+def test_train_jax_case_times_every_variant(capsys):
+    """A JAX training step through sft-bench train: every variant timed, the ratios finite."""
+    import math
+
+    pytest.importorskip("jax")
+    pytest.importorskip("optax")
+    from sft.tools.bench_train import train
+
+    result = train(["jax_mlp_b8"], rounds=1, calls=1)
+    assert "jax_mlp_b8" in capsys.readouterr().out
+    row = result["rows"][0]
+    assert row["ok"] and row["errors"] == {}
+    for variant in ("jax_jit", "iree", "model", "verify"):
+        assert math.isfinite(row[f"{variant}_s"]) and row[f"{variant}_s"] > 0, variant
+    for key in ("verify_over_jax_jit", "verify_over_iree", "model_over_jax_jit"):
+        assert math.isfinite(row[key]) and row[key] > 0, key

@@ -6,18 +6,21 @@ Variants, each timed in a process of its own, taking turns round after round (me
   iree           IREE's own compile of the traced step (torch-mlir's linalg as it is, no sft),
                  its state kept on the device as sft keeps it
   model, verify  sft.compile_train_step with search="model" and search="verify"
-Ratios are speed-ups (higher is faster).
+The jax_ cases (bench_train_jax.py) are JAX training steps timed under jax_jit, iree, model and
+verify, rows of the same table and JSON. Ratios are speed-ups (higher is faster).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from .bench import ratios, summarize
+from .bench_train_jax import JAX_TRAIN_SUITE
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ def _tokens(vocab, b, t):
     return batch
 
 
-TRAIN_SUITE: dict[str, TrainCase] = {c.name: c for c in [
+TORCH_TRAIN_SUITE: dict[str, TrainCase] = {c.name: c for c in [
     *[TrainCase(f"mlp_b{b}", _seeded(_mlp), _ce, _sgd, _floats_and_classes((b, 256), 256, (b,)))
       for b in (8, 32, 128)],
     TrainCase("gpt2_block", _seeded(_gpt()), _ce_tokens, _adamw, _tokens(512, 2, 32)),
@@ -110,6 +113,8 @@ TRAIN_SUITE: dict[str, TrainCase] = {c.name: c for c in [
               _ce_tokens, _adamw, _tokens(1024, 2, 64)),
     TrainCase("cnn", _seeded(_cnn), _ce, _sgd, _floats_and_classes((8, 3, 32, 32), 10, (8,))),
 ]}
+# Every case sft-bench train knows, by name: the torch ones, then the JAX ones.
+TRAIN_SUITE: dict = {**TORCH_TRAIN_SUITE, **JAX_TRAIN_SUITE}
 
 
 # Builders run in the timing worker processes: each returns the callable to time (one step).
@@ -183,46 +188,73 @@ def _matches(case: TrainCase, step, steps: int = 3) -> bool:
     return ok
 
 
-def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = True) -> dict:
-    """Time one training step of each model in `models` (names of TRAIN_SUITE) under every
-    variant; prints a table and returns every number (rows and geomean summary)."""
+def _torch_case(name: str, rounds: int, calls: int, use_torch_compile: bool) -> dict:
+    """One torch case: searched here (model, verify), checked against PyTorch, then every
+    variant timed in a process of its own. Returns its row."""
     from ..backend.timing import time_in_processes
     from ..train import compile_train_step
 
-    header = (f"{'model':<18}{'ok':>3}{'disp':>5}{'chosen (verify)':>34}{'eager':>8}{'t.comp':>8}"
+    case = TORCH_TRAIN_SUITE[name]
+    row = {"model": name, "framework": "torch", "ok": True}
+    for mode in ("model", "verify"):  # searched here once; the workers replay it
+        model = case.build()
+        step = compile_train_step(model, case.loss, case.optimizer(model.parameters()),
+                                  case.batch(), search=mode)
+        row["ok"] &= _matches(case, step)
+        row[f"{mode}_plan"] = json.loads(step.plan.to_json())
+        row[f"{mode}_search"] = step.search.to_dict() if step.search else {}
+        row["dispatches"] = step.dispatch_count
+    builders = {"eager": (_torch_step, (name, False)), "iree": (_iree_step, (name,)),
+                "model": (_sft_step, (name, "model")), "verify": (_sft_step, (name, "verify"))}
+    if use_torch_compile:
+        builders["torch_compile"] = (_torch_step, (name, True))
+    times, errors = time_in_processes(builders, rounds, calls, timeout=600.0)
+    row.update({f"{k}_s": v for k, v in times.items()}, errors=errors)
+    best = min((t for t in (times.get("eager"), times.get("torch_compile")) if t), default=None)
+    row.update(ratios(times), model_over_best_torch=best / times["model"]
+               if best and times.get("model") else float("nan"))
+    return row
+
+
+def _geomean(xs) -> float:
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = True) -> dict:
+    """Time one training step of each model in `models` (names of TRAIN_SUITE: torch and JAX
+    cases) under every variant; prints a table and returns every number (rows and geomean
+    summary). ref is PyTorch eager for a torch row, jax.jit for a JAX row; verify/ref and
+    model/ref are over the faster of eager and torch.compile (torch), over jax.jit (JAX)."""
+    from .bench_train_jax import run_case
+
+    header = (f"{'model':<18}{'ok':>3}{'disp':>5}{'chosen (verify)':>34}{'ref':>8}{'t.comp':>8}"
               f"{'iree':>8}{'model':>8}{'verify':>8}{'verify/iree':>12}{'model/iree':>11}"
-              f"{'model/verify':>13}{'verify/torch':>13}")
+              f"{'model/verify':>13}{'verify/ref':>11}{'model/ref':>10}")
     print(header + "\n" + "-" * len(header), flush=True)
     rows = []
     for name in models:
-        case = TRAIN_SUITE[name]
-        row = {"model": name, "ok": True}
-        for mode in ("model", "verify"):  # searched here once; the workers replay it
-            model = case.build()
-            step = compile_train_step(model, case.loss, case.optimizer(model.parameters()),
-                                      case.batch(), search=mode)
-            row["ok"] &= _matches(case, step)
-            row[f"{mode}_plan"] = json.loads(step.plan.to_json())
-            row[f"{mode}_search"] = step.search.to_dict() if step.search else {}
-            row["dispatches"] = step.dispatch_count
-        builders = {"eager": (_torch_step, (name, False)), "iree": (_iree_step, (name,)),
-                    "model": (_sft_step, (name, "model")), "verify": (_sft_step, (name, "verify"))}
-        if use_torch_compile:
-            builders["torch_compile"] = (_torch_step, (name, True))
-        times, errors = time_in_processes(builders, rounds, calls, timeout=600.0)
-        row.update({f"{k}_s": v for k, v in times.items()}, errors=errors)
-        row.update(ratios(times))
+        jax_row = name in JAX_TRAIN_SUITE
+        row = (run_case(name, rounds, calls) if jax_row
+               else _torch_case(name, rounds, calls, use_torch_compile))
         rows.append(row)
-        ms = lambda k: f"{times[k] * 1e3:8.3f}" if times.get(k) else f"{'-':>8}"
+        ms = lambda k: f"{row[k + '_s'] * 1e3:8.3f}" if row.get(k + "_s") else f"{'-':>8}"
+        ref = ("verify_over_jax_jit", "model_over_jax_jit") if jax_row else \
+            ("verify_over_best_torch", "model_over_best_torch")
         chosen = row["verify_search"].get("chosen", "")[:33]
         print(f"{name:<18}{'y' if row['ok'] else 'N':>3}{row['dispatches']:>5}{chosen:>34}"
-              f"{ms('eager')}{ms('torch_compile')}{ms('iree')}{ms('model')}{ms('verify')}"
-              f"{row['verify_over_iree']:>11.2f}x{row['model_over_iree']:>10.2f}x"
-              f"{row['model_over_verify']:>12.2f}x{row['verify_over_best_torch']:>12.2f}x", flush=True)
-        for variant, err in errors.items():
+              f"{ms('jax_jit' if jax_row else 'eager')}{ms('torch_compile')}{ms('iree')}"
+              f"{ms('model')}{ms('verify')}{row['verify_over_iree']:>11.2f}x"
+              f"{row['model_over_iree']:>10.2f}x{row['model_over_verify']:>12.2f}x"
+              f"{row[ref[0]]:>10.2f}x{row[ref[1]]:>9.2f}x", flush=True)
+        for variant, err in row["errors"].items():
             print(f"  {variant} failed: {err.strip().splitlines()[-1]}", flush=True)
     summary = summarize(rows)
-    print("\ngeomean: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items()))
+    for key in ("model_over_best_torch", "verify_over_jax_jit", "model_over_jax_jit"):
+        summary[key] = _geomean([r.get(key) for r in rows])
+    print("\ngeomean: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items() if not math.isnan(v)))
     print("columns: ms per training step (medians of interleaved rounds, one process per variant); "
-          "verify/torch: speed-up over the faster of eager and torch.compile")
+          "ref: PyTorch eager (torch rows) or jax.jit (jax_ rows); verify/ref, model/ref: "
+          "speed-up over the faster of eager and torch.compile (torch rows), over jax.jit (jax_ "
+          "rows, every variant passed its state back each step)")
     return {"rows": rows, "summary": summary}
