@@ -4,6 +4,9 @@ touches and the lowering config IREE's heuristics chose for it.
 Read from `iree-compile --compile-to=executable-configurations`, as text (no MLIR bindings):
 the dispatch function names carry the root op kind and its loop extents
 (`main_dispatch_3_matmul_64x384x128_f32`), the binding subspans the buffers it reads and writes.
+On a GPU target a contraction's config is also kept whole, as JSON-able data (`Dispatch.gpu`):
+the translation info on the dispatch function (pipeline, workgroup_size, subgroup_size, the
+prefetch or pipeline depth) and the fields of the root op's lowering config.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from ..syntax import split_top_level
 
@@ -19,6 +22,13 @@ _FUNC = re.compile(r"func\.func @\w+_dispatch_(\d+)_(\w+?)\(")
 _DIMS = re.compile(r"_(\d+(?:x\d+)+)(?:_|x[a-z]|$)")
 _BUFFER = re.compile(r"hal\.interface\.binding\.subspan.*?: memref<((?:\d+x)+)([a-z]+)(\d+)")
 _CONFIG_START = re.compile(r"lowering_config<")
+_GPU_PIPELINE = re.compile(r"pipeline = #iree_gpu\.(?:spirv_)?pipeline<(\w+)>")
+_TRANSLATION_INTS = {"subgroup_size": re.compile(r"subgroup_size = (\d+)"),
+                     "prefetch_num_stages": re.compile(r"prefetch_num_stages = (\d+)"),
+                     "pipeline_depth": re.compile(r"pipeline_depth = (\d+)"),
+                     "store_stage": re.compile(r"store_stage = (\d+)")}
+_WORKGROUP_SIZE = re.compile(r"workgroup_size = \[([\d, ]+)\]")
+_MMA_LAYOUT = re.compile(r"^#iree_gpu\.(?:mma_layout|virtual_mma_layout)<(\w+)>$")
 _MAP = re.compile(r"affine_map<(\([^)]*\) -> \([^)]*\))>")
 CONTRACTION_WORDS = ("matmul", "mmt4d", "conv", "contract")
 # Named ops print no indexing maps: theirs are implied.
@@ -82,6 +92,47 @@ def _cpu_config(fields: dict) -> tuple[tuple[int, ...], ...] | None:
     return tuple(levels) if any(levels[2]) else None
 
 
+def gpu_translation(line: str) -> dict | None:
+    """The GPU translation info on a dispatch function's line: {"pipeline": "TileAndFuse",
+    "workgroup_size": [128, 1, 1], "subgroup_size": 32, "prefetch_num_stages": 2} (and
+    pipeline_depth / store_stage for SPIR-V); None when the line names no GPU pipeline."""
+    pipeline = _GPU_PIPELINE.search(line)
+    if pipeline is None:
+        return None
+    info: dict = {"pipeline": pipeline.group(1)}
+    size = _WORKGROUP_SIZE.search(line)
+    if size:
+        info["workgroup_size"] = [int(x) for x in size.group(1).split(",")]
+    for name, pattern in _TRANSLATION_INTS.items():
+        found = pattern.search(line)
+        if found:
+            info[name] = int(found.group(1))
+    return info
+
+
+def gpu_lowering_config(fields: dict) -> dict:
+    """A GPU lowering config's fields (from parse_lowering_config) as JSON-able values: integer
+    tuples become (nested) lists, `mma_kind` the intrinsic's name, a unit attribute
+    (`convert_acc_gemm`) True, anything else its text."""
+    def plain(value):
+        if isinstance(value, tuple):
+            return [plain(v) for v in value]
+        if value == "":
+            return True
+        found = _MMA_LAYOUT.match(value) if isinstance(value, str) else None
+        return found.group(1) if found else value
+    return {name: plain(value) for name, value in fields.items()}
+
+
+def _is_gpu_contraction(fields: dict) -> bool:
+    """Whether a GPU lowering config is a contraction root's: a reduction level with a step."""
+    levels = fields.get("tile_sizes")
+    if isinstance(levels, tuple):  # SPIR-V: the k step is in the last entry of some level
+        return any(isinstance(lv, tuple) and len(lv) > 2 and lv[-1] for lv in levels)
+    reduction = fields.get("reduction")
+    return isinstance(reduction, tuple) and any(isinstance(x, int) and x for x in reduction)
+
+
 @dataclass(frozen=True)
 class Dispatch:
     index: int
@@ -90,6 +141,9 @@ class Dispatch:
     bytes: int                        # total size of the buffers bound to it
     config: tuple[tuple[int, ...], ...] | None  # (distribution, vector parallel, vector reduction)
     maps: tuple[str, ...] = ()        # the root op's indexing maps, as IREE holds them
+    # GPU targets, contractions: {"pipeline", "workgroup_size", "subgroup_size", ...,
+    # "lowering_config": {field: value}}, JSON-able (see gpu_translation, gpu_lowering_config).
+    gpu: dict | None = field(default=None, hash=False)
 
     @property
     def is_contraction(self) -> bool:
@@ -128,7 +182,11 @@ class Profile:
                     and isinstance(d["maps"], list) and all(isinstance(m, str) for m in d["maps"])):
                 raise TypeError(f"not a dispatch: {d!r}")
             config = None if d["config"] is None else tuple(ints(level) for level in d["config"])
-            return Dispatch(d["index"], d["name"], ints(d["dims"]), d["bytes"], config, tuple(d["maps"]))
+            gpu = d.get("gpu")  # absent from profiles written before GPU configs were kept
+            if gpu is not None and not isinstance(gpu, dict):
+                raise TypeError(f"not a GPU config: {gpu!r}")
+            return Dispatch(d["index"], d["name"], ints(d["dims"]), d["bytes"], config, tuple(d["maps"]),
+                            gpu)
 
         count = data["dispatch_count"]
         if type(count) is not int:
@@ -137,7 +195,8 @@ class Profile:
 
 
 def parse_profile(text: str) -> Profile:
-    dispatches, current = [], None
+    """The dispatches of `iree-compile --compile-to=executable-configurations` output."""
+    dispatches, current, translation, contraction = [], None, None, False
 
     def close():
         if current is not None:
@@ -150,7 +209,9 @@ def parse_profile(text: str) -> Profile:
             dims = _DIMS.search(func.group(2) + "_")
             current = dict(index=int(func.group(1)), name=func.group(2),
                            dims=tuple(int(x) for x in dims.group(1).split("x")) if dims else (),
-                           bytes=0, config=None, maps=())
+                           bytes=0, config=None, maps=(), gpu=None)
+            translation = gpu_translation(line)
+            contraction = any(word in current["name"] for word in CONTRACTION_WORDS)
             continue
         if current is None:
             continue
@@ -159,12 +220,18 @@ def parse_profile(text: str) -> Profile:
             shape = [int(x) for x in buffer.group(1).rstrip("x").split("x")]
             current["bytes"] += math.prod(shape) * max(1, int(buffer.group(3)) // 8)
         start = _CONFIG_START.search(line)
-        config = None
-        if start and current["config"] is None:
+        config, fields = None, None
+        if start and (current["config"] is None or (translation and current["gpu"] is None)):
             end = _bracketed(line, start.end() - 1)
-            config = _cpu_config(parse_lowering_config(line[start.end():end - 1]))
+            fields = parse_lowering_config(line[start.end():end - 1])
+            config = _cpu_config(fields) if current["config"] is None else None
+        gpu_root = (translation is not None and contraction and current["gpu"] is None
+                    and fields is not None and _is_gpu_contraction(fields))
+        if gpu_root:
+            current["gpu"] = {**translation, "lowering_config": gpu_lowering_config(fields)}
         if config is not None:
             current["config"] = config
+        if config is not None or gpu_root:
             op = re.search(r"= (linalg\.\w+)", line)
             current["maps"] = tuple(_MAP.findall(line)) or _IMPLIED_MAPS.get(op.group(1) if op else "", ())
     close()
