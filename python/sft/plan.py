@@ -54,13 +54,14 @@ class Plan:
     expand: contractions run over the batch dims their operands were collapsed from
     (passes/expand_batch.py); orders: (op id, order) for chains of contractions evaluated in
     another order than written (space/chains.py); groups: the fusion partition (ops in no group are left to
-    IREE's own fusion); tiles: (op id, TileConfig) for kernel roots; flags: extra iree-compile
+    IREE's own fusion); tiles: (op id, config) for kernel roots (a TileConfig on a
+    CPU, a space.gpu.GpuConfig on a GPU); flags: extra iree-compile
     options; driver: the IREE runtime driver to run on ("" for the target's own)."""
 
     expand: tuple[int, ...] = ()
     orders: tuple[tuple[int, Tree], ...] = ()
     groups: tuple[tuple[int, ...], ...] = ()
-    tiles: tuple[tuple[int, TileConfig], ...] = ()
+    tiles: tuple[tuple[int, object], ...] = ()  # TileConfig or GpuConfig
     flags: tuple[str, ...] = field(default=())
     driver: str = ""
 
@@ -103,7 +104,15 @@ def _pairs(value, what: str) -> list[tuple[int, object]]:
     return [(p[0], p[1]) for p in value]
 
 
-def _tile(value, what: str) -> TileConfig:
+def _tile(value, what: str):
+    """A kernel config from its JSON: a GPU config (it has a `workgroup` tile) or a CPU one."""
+    if isinstance(value, dict) and "workgroup" in value:
+        from .space.gpu import GpuConfig
+
+        try:
+            return GpuConfig.from_dict(value)
+        except (ValueError, TypeError) as err:
+            raise type(err)(f"{what}: {err}") from None
     known = {f.name for f in fields(TileConfig)}
     if not isinstance(value, dict):
         raise TypeError(f"{what} must be an object with keys {sorted(known)}, not {json.dumps(value)}")

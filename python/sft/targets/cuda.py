@@ -15,6 +15,8 @@ CUDA LayerNorm computes it.
 from __future__ import annotations
 
 from ..cost.hardware import TargetDesc
+from ..cost import gpu
+from .gpu import GpuCodegen
 from .base import Target
 
 SM80 = TargetDesc(  # A100 SXM 40GB: 108 SMs, 19.5 TFLOP/s f32 FMA, 1555 GB/s HBM2
@@ -48,12 +50,12 @@ SM90_DEVICE = (
 def sm80() -> Target:
     return Target(name="cuda:sm_80", about="NVIDIA Ampere (A100), CUDA",
                   flags=("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"),
-                  driver="cuda", desc=SM80, codegen=None)
+                  driver="cuda", desc=SM80, codegen=GpuCodegen(gpu.SM80))
 
 
 def sm90() -> Target:
     return Target(name="cuda:sm_90", about="NVIDIA Hopper (H100, H200), CUDA",
-                  flags=(), driver="cuda", desc=SM90, codegen=None, device_attr=SM90_DEVICE)
+                  flags=(), driver="cuda", desc=SM90, codegen=GpuCodegen(gpu.SM90), device_attr=SM90_DEVICE)
 
 
 TARGETS = {"cuda:sm_80": sm80, "cuda:sm_90": sm90}

@@ -4,6 +4,8 @@ dense, without sparsity."""
 from __future__ import annotations
 
 from ..cost.hardware import TargetDesc
+from ..cost import gpu
+from .gpu import GpuCodegen
 from .base import KEEP_F64, Target
 
 GFX942 = TargetDesc(  # MI300X: 304 CUs, 163.4 TFLOP/s f32 (matrix), 5.3 TB/s HBM3
@@ -17,7 +19,7 @@ GFX942 = TargetDesc(  # MI300X: 304 CUs, 163.4 TFLOP/s f32 (matrix), 5.3 TB/s HB
 def gfx942() -> Target:
     return Target(name="rocm:gfx942", about="AMD CDNA3 (MI300X), HIP",
                   flags=("--iree-hal-target-device=hip", "--iree-rocm-target=gfx942", KEEP_F64),
-                  driver="hip", desc=GFX942, codegen=None)
+                  driver="hip", desc=GFX942, codegen=GpuCodegen(gpu.GFX942))
 
 
 TARGETS = {"rocm:gfx942": gfx942}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ..cost.hardware import TargetDesc
+from ..cost import gpu
+from .gpu import GpuCodegen
 from .base import KEEP_F64, Target
 
 RDNA3 = TargetDesc(  # RX 7900 XTX: 96 CUs, 61.4 TFLOP/s f32, 960 GB/s GDDR6
@@ -16,7 +18,7 @@ RDNA3 = TargetDesc(  # RX 7900 XTX: 96 CUs, 61.4 TFLOP/s f32, 960 GB/s GDDR6
 def rdna3() -> Target:
     return Target(name="vulkan:rdna3", about="AMD RDNA3 (RX 7900 XTX), Vulkan/SPIR-V",
                   flags=("--iree-hal-target-device=vulkan", "--iree-vulkan-target=rdna3", KEEP_F64),
-                  driver="vulkan", desc=RDNA3, codegen=None)
+                  driver="vulkan", desc=RDNA3, codegen=GpuCodegen(gpu.RDNA3))
 
 
 TARGETS = {"vulkan:rdna3": rdna3}

@@ -1,0 +1,31 @@
+"""Kernel code generation on IREE's GPU pipelines: the config space of `space/gpu.py` (TileAndFuse
+and VectorDistribute on CUDA and ROCm, the SPIR-V pipelines on Vulkan) for one GPU's limits and
+intrinsics, ranked by the model of `cost/gpu.py`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cost.gpu import GpuDesc, default_row, predict
+from ..cost.hardware import TargetDesc
+from ..space.gpu import GpuSpace, gpu_space
+from ..space.kernels import Kernel
+
+
+@dataclass(frozen=True)
+class GpuCodegen:
+    gpu: GpuDesc
+
+    def space(self, kernel: Kernel) -> GpuSpace:
+        return gpu_space(kernel, self.gpu)
+
+    def default(self, kernel: Kernel, dispatch) -> tuple:
+        return tuple(int(x) for x in default_row(kernel, getattr(dispatch, "gpu", None)))
+
+    def predict(self, kernel: Kernel, candidates: np.ndarray, desc: TargetDesc, cores: int,
+                default: tuple) -> np.ndarray:
+        # A GPU runs every workgroup of a kernel on its own CUs: `cores` (the CPU's serial
+        # option) does not apply.
+        return predict(kernel, candidates, self.gpu, np.array(default, dtype=np.int64))
