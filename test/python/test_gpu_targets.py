@@ -1,12 +1,17 @@
 """Every suite model compiles for every GPU target with search="model" (compile only: no GPU is
-needed, or assumed). Where a target's kernel configs are searched, the configs the search chose
-are ones IREE accepts."""
+needed, or assumed), with the kernel configs the search chose: IREE accepts them, they pass
+IREE's own constraint verifier where it can check them, and the plan replays from its JSON."""
 
 import pytest
 
 from sft.api import compile_program
+from sft.backend.constraints import verify_config
+from sft.measure import kernel_program
 from sft.models import SUITE
+from sft.plan import Plan
 from sft.program import prepare
+from sft.space.gpu import GpuConfig
+from sft.targets import get_target
 
 GPU_TARGETS = ["cuda:sm_80", "cuda:sm_90", "rocm:gfx942", "vulkan:rdna3"]
 
@@ -14,19 +19,31 @@ GPU_TARGETS = ["cuda:sm_80", "cuda:sm_90", "rocm:gfx942", "vulkan:rdna3"]
 @pytest.fixture(scope="module")
 def programs():
     """Each suite model imported once (and raised again per compile from its sft text)."""
-    found = {}
-    for name, case in SUITE.items():
-        found[name] = prepare(case.build(), case.inputs())[0]
-    return found
+    return {name: prepare(case.build(), case.inputs())[0] for name, case in SUITE.items()}
 
 
 @pytest.mark.parametrize("target", GPU_TARGETS)
 @pytest.mark.parametrize("model", list(SUITE))
-def test_suite_model_compiles_with_search(programs, model, target):
-    program = programs[model]
-    plan, report, _, planned, artifact = compile_program(program, program.module(), target,
+def test_suite_model_compiles_with_searched_configs(programs, model, target):
+    program, gpu = programs[model], get_target(target)
+    plan, report, _, planned, artifact = compile_program(program, program.module(), gpu,
                                                          search="model")
     assert artifact.dispatch_count > 0 and artifact.target.name == target
     assert not report.fallback, f"the searched plan for {model} failed on {target}"
-    for op, config in plan.tiles:  # what the search chose is in the program IREE compiled
-        assert "compilation_info" in planned
+    assert Plan.from_json(plan.to_json()) == plan
+    kernels = {c.kernel.op_id: c.kernel for c in report.choices}
+    for op, config in plan.tiles:
+        assert isinstance(config, GpuConfig) and "compilation_info" in planned
+        verdict = verify_config(gpu.module_text(kernel_program(kernels[op], config)), gpu.flags)
+        assert not verdict.violations, f"op {op}: {verdict.violations}"
+
+
+def test_the_search_chooses_configs_on_every_gpu(programs):
+    """The matmul-heavy model gets searched configs (not only IREE's) on every GPU target, and
+    an intrinsic where the target has one for the dtype (f32: ROCm's MFMA_F32_16x16x4_F32)."""
+    program = programs["mlp"]
+    for target in GPU_TARGETS:
+        plan = compile_program(program, program.module(), target, search="model")[0]
+        assert plan.tiles, target
+    rocm = compile_program(program, program.module(), "rocm:gfx942", search="model")[0]
+    assert any(c.mma_kind for _, c in rocm.tiles)
