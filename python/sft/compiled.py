@@ -1,4 +1,4 @@
-"""The object `sft.compile` returns: a loaded module that owns the model's state on the device."""
+"""The object `sft.compile` returns: a compiled module that owns the model's state on the device."""
 
 from __future__ import annotations
 
@@ -35,8 +35,10 @@ class CompiledModel:
     with the model's dtypes and shapes, as arrays of the kind it was called with. Inputs the
     model updates in place are updated.
 
-    The model's parameters and buffers are uploaded to the device once and stay there between
-    calls; `load_state_dict` swaps in new values without compiling again."""
+    The module is loaded on its device when first used (a module compiled for a GPU this
+    machine lacks can still be saved with `save`); the model's parameters and buffers are then
+    uploaded once and stay there between calls; `load_state_dict` swaps in new values without
+    compiling again."""
 
     artifact: Artifact
     plan: Plan
@@ -49,10 +51,28 @@ class CompiledModel:
     seconds: dict = field(default_factory=dict)  # compile time per phase (import, raise, ...)
 
     def __post_init__(self):
-        self._loaded = load(self.artifact, entry=self.entry, driver=self.plan.driver)
-        self._device_state = {}
+        self._loaded = None
+        self._device_state: dict = {}  # name -> device array, or a host array not yet uploaded
         self.load_state_dict(self.state)
         self.state = {}  # the device holds it now; state_dict() reads it back
+
+    def _device(self):
+        """The module loaded on its device (the first time: loaded, and the state uploaded)."""
+        if self._loaded is None:
+            self._loaded = load(self.artifact, entry=self.entry, driver=self.plan.driver)
+            self._device_state = {name: self._loaded.upload(value) if isinstance(value, np.ndarray)
+                                  else value for name, value in self._device_state.items()}
+        return self._loaded
+
+    def save(self, path) -> None:
+        """Write the compiled module (.vmfb) to `path`; run it with IREE's tools or runtime on
+        the target's driver (the model's state, if any, comes first among its arguments, in
+        the order of `signature.state`)."""
+        try:
+            with open(path, "wb") as f:
+                f.write(self.artifact.vmfb)
+        except OSError as err:
+            raise SftError(f"cannot write the module: {err.strerror or err}", str(path)) from None
 
     @property
     def dispatch_count(self) -> int:
@@ -77,7 +97,7 @@ class CompiledModel:
             if tuple(array.shape) != shape or array.dtype != dtype:
                 raise SftError(f"load_state_dict: '{name}' is {array.dtype}{list(array.shape)}, "
                                f"the model has {np.dtype(dtype)}{list(shape)}")
-            self._device_state[name] = self._loaded.upload(array)
+            self._device_state[name] = array if self._loaded is None else self._loaded.upload(array)
 
     def state_dict(self) -> dict:
         """The model's state as it is on the device now, as torch tensors by name."""
@@ -87,8 +107,9 @@ class CompiledModel:
         if self.signature.flatten is not None:
             args = tuple(self.signature.flatten(args))
         arrays = check_inputs(args, self.signature.inputs)
+        loaded = self._device()
         state = [self._device_state[name] for name, _, _ in self.signature.state]
-        outs = self._loaded.call_on_device(*state, *arrays)
+        outs = loaded.call_on_device(*state, *arrays)
         host = []
         for result, out in zip(self.signature.results or [None] * len(outs), outs):
             if result is not None and result.kind == "state":  # a buffer the model updates

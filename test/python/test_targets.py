@@ -87,3 +87,19 @@ def test_cpu_space_and_model_follow_the_isa():
     fast = wide.predict(MATMUL, block, avx512, 1, (0,) * 5)[0]
     slow = narrow.predict(MATMUL, block, avx2, 1, (0,) * 5)[0]
     assert slow > 2 * fast
+
+
+def test_a_gpu_module_compiles_and_saves_where_there_is_no_gpu(tmp_path):
+    """sft.compile for a GPU this machine lacks returns the compiled module; using it is one
+    clear error naming the driver, and `save` writes the .vmfb to run where the GPU is."""
+    model, x = torch.nn.Linear(4, 4), torch.ones(2, 4)
+    compiled = sft.compile(model, (x,), target="cuda:sm_90")
+    compiled.save(tmp_path / "linear.vmfb")
+    assert (tmp_path / "linear.vmfb").read_bytes() == compiled.artifact.vmfb
+    assert set(compiled.state_dict()) == {"weight", "bias"}
+    try:
+        out = compiled(x)
+    except SftError as err:
+        assert "'cuda' driver" in str(err)
+        return
+    torch.testing.assert_close(out, model(x).detach())  # a machine with an NVIDIA GPU runs it

@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 
+from ..errors import SftError
 from .iree import Artifact, run_group
 
 GPU_DRIVERS = ("cuda", "hip", "vulkan")
@@ -21,7 +22,11 @@ def _config(driver: str):
     import iree.runtime as rt
 
     if driver not in _CONFIGS:
-        _CONFIGS[driver] = rt.Config(driver)
+        try:
+            _CONFIGS[driver] = rt.Config(driver)
+        except (RuntimeError, ValueError) as err:  # no such device here, or no driver library
+            raise SftError(f"cannot run on IREE's '{driver}' driver here: {str(err).strip()} "
+                           "(the module is compiled: `compiled.save(path)` writes it)") from None
     return _CONFIGS[driver]
 
 
