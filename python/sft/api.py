@@ -15,8 +15,9 @@ from .backend.iree import Artifact
 from .compiled import CompiledModel, Stages
 from .errors import SftError
 from .passes.expand_batch import ExpandBatchPass, expandable
+from .passes.low_precision import castable, renumber
 from .passes.reassociate import ReassociatePass
-from .plan import Plan
+from .plan import LOW_PRECISION_TYPES, Plan
 from .measure import SEARCH_REVISION, verify
 from .search import SearchReport, search_program
 from .search.chains import choose_orders, plan_orders
@@ -63,10 +64,27 @@ def iree_view(module, target: Target, options) -> tuple[list, dict]:
 
 
 REWRITE_MARGIN = 0.03  # a graph rewrite must predict this much gain over the program as written
+PRECISIONS = ("f32", *LOW_PRECISION_TYPES)
 
 
-def search_plan(sft_text: str, target: Target) -> tuple[Plan, SearchReport]:
-    """The plan the cost model predicts fastest for `target`, and the search's report."""
+def check_precision(precision: str, search: str = "model") -> None:
+    """An SftError unless `precision` is one the search knows (and one `search` can honour)."""
+    if precision not in PRECISIONS:
+        raise SftError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, not {precision!r}")
+    if precision != "f32" and search == "verify":
+        # verify times kernels and programs as the f32 plans measure.py builds: it would drop
+        # the low-precision choice without saying so
+        raise SftError(f"precision={precision!r} is searched with search='model' only; "
+                       "search='verify' does not measure low-precision plans")
+
+
+def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[Plan, SearchReport]:
+    """The plan the cost model predicts fastest for `target`, and the search's report.
+
+    `precision` "bf16" or "f16" lets each f32 contraction kernel run from inputs rounded to that
+    type (f32 accumulation) where the model predicts it faster, casts included; the plan's
+    `low_precision` and the report's `chosen` name the ops. "f32" searches as before."""
+    check_precision(precision)
     options = list(target.options)
     desc = target.desc
     flag_sets = sorted({o.formation_flags for o in options})
@@ -74,7 +92,7 @@ def search_plan(sft_text: str, target: Target) -> tuple[Plan, SearchReport]:
     # to each other, making a chain), so the program is searched both ways, each on IREE's own
     # view of it; it is kept as written unless the expansion predicts a clear gain.
     written_module = to_sft(sft_text)
-    variants, orders = {}, {}
+    variants, orders, casts = {}, {}, {}
     for expand in dict.fromkeys([(), expandable(written_module)]):
         variant = to_sft(sft_text) if expand else written_module
         ExpandBatchPass(expand)(variant)
@@ -84,6 +102,7 @@ def search_plan(sft_text: str, target: Target) -> tuple[Plan, SearchReport]:
         orders[expand] = plan_orders(chains)
         ReassociatePass(orders[expand])(variant)
         kernels = contraction_kernels(variant)
+        casts[expand] = castable(variant) if precision != "f32" else {}
         variants[expand] = (kernels, lower(variant, Plan())[1], chains, seconds)
     # IREE's profiles are most of a search's time. A rewrite is first searched under IREE's
     # default dispatch formation only, beside the program as written under every option; it
@@ -98,7 +117,8 @@ def search_plan(sft_text: str, target: Target) -> tuple[Plan, SearchReport]:
     def searched(expand, opts):
         kernels, _, chains, seconds = variants[expand]
         mine = {f: p for (e, f), p in profiles.items() if e == expand and p is not None}
-        report = search_program(kernels, mine, target, [o for o in opts if o.formation_flags in mine])
+        report = search_program(kernels, mine, target, [o for o in opts if o.formation_flags in mine],
+                                precision=precision, castable=casts[expand])
         report.add_chains(chains, seconds)
         return report
 
@@ -117,20 +137,31 @@ def search_plan(sft_text: str, target: Target) -> tuple[Plan, SearchReport]:
     report = reports[expand]
     report.add_alternatives(reports)
     best = report.ranked[0]
-    tiles = ()
+    tiles, low = (), ()
     if best.options.keeps_tiles:
-        tiles = tuple((c.kernel.op_id, c.space.config(c.best)) for c in best.kernels if c.best != 0)
+        low = tuple((c.kernel.op_id, c.precision) for c in best.kernels if c.precision != "f32")
+        # Tiles name ops after sft-low-precision inserted its casts (one per input cast)
+        inserted = {op: len(casts[expand][op]) for op, _ in low}
+        tiles = tuple((renumber(c.kernel.op_id, inserted), c.space.config(c.best))
+                      for c in best.kernels if c.best != 0)
     report.chosen = best.options.describe()
+    if low:  # never silent: the numbers change
+        report.chosen += (f"; {low[0][1]} inputs, f32 accumulation on ops "
+                          f"{[op for op, _ in low]}")
     return Plan(expand=expand, orders=orders[expand], tiles=tiles, flags=best.options.flags,
-                driver=best.options.driver), report
+                driver=best.options.driver, low_precision=low), report
 
 
 def searched_plan(program: Program, target: Target | str, search: str,
-                  db: TuningDB) -> tuple[Plan, SearchReport]:
+                  db: TuningDB, precision: str = "f32") -> tuple[Plan, SearchReport]:
     """search="model" or "verify": replayed from the tuning database when this program's
-    structure was searched before on this target and compiler, else searched (and recorded)."""
+    structure was searched before on this target and compiler (and precision), else searched
+    (and recorded)."""
+    check_precision(precision, search)
     target = get_target(target)
     tkey = target.key(SEARCH_REVISION)
+    if precision != "f32":  # a plan searched with low precision allowed is never an f32 search's
+        tkey += f"-{precision}"
     hit = db.lookup_plan(program.workload, tkey, search)
     if hit is not None:
         try:
@@ -142,7 +173,7 @@ def searched_plan(program: Program, target: Target | str, search: str,
             return Plan.from_json(hit[0]), report
         except (SftError, ValueError, AttributeError):
             pass  # a stored record that no longer reads: search again, and overwrite it
-    plan, report = search_plan(program.sft_text, target)
+    plan, report = search_plan(program.sft_text, target, precision)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
             # results the compiled object keeps on the device (a training step's new state)
@@ -155,16 +186,19 @@ def searched_plan(program: Program, target: Target | str, search: str,
 
 
 def compile_program(program: Program, module, target: Target | str = "host", plan: Plan | None = None,
-                    search: str = "none") -> tuple[Plan, SearchReport | None, str, str, Artifact]:
+                    search: str = "none", precision: str = "f32",
+                    ) -> tuple[Plan, SearchReport | None, str, str, Artifact]:
     """Plan (given, searched or empty), lower and compile a prepared program; `module` is its
-    raised sft module, consumed. Returns (plan, report, lowered, planned, artifact)."""
+    raised sft module, consumed. Returns (plan, report, lowered, planned, artifact).
+    `precision` as in `compile`."""
     if search not in ("none", "model", "verify"):
         raise SftError(f"search must be 'none', 'model' or 'verify', not {search!r}")
+    check_precision(precision, search)
     target = get_target(target)
     report, seconds = None, program.seconds
     start = time.perf_counter()
     if plan is None and search != "none":
-        plan, report = searched_plan(program, target, search, TuningDB())
+        plan, report = searched_plan(program, target, search, TuningDB(), precision)
         seconds["search"] = time.perf_counter() - start
     plan = plan or Plan()
     try:
@@ -189,7 +223,7 @@ def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict):
 
 
 def compile(model, example_inputs=(), target: Target | str = "host", plan: Plan | None = None,
-            search: str = "none", keep_ir: bool = False) -> CompiledModel:
+            search: str = "none", keep_ir: bool = False, precision: str = "f32") -> CompiledModel:
     """Compile a torch.nn.Module or a JAX function (with example inputs), MLIR text or an .mlir
     file for `target` (a name from `sft targets`: host, cuda:sm_80, cuda:sm_90, rocm:gfx942,
     vulkan:rdna3, or a Target).
@@ -199,15 +233,27 @@ def compile(model, example_inputs=(), target: Target | str = "host", plan: Plan 
     with its state on the device. The plan is `plan` if given; else with search="model" the
     cost model's best, with search="verify" the fastest measured of the model's top picks; else
     empty (IREE decides everything). `keep_ir` keeps the text of every stage.
+
+    `precision` is what the search may compute f32 contractions in: "f32" (the default: every
+    value as the model states it), or "bf16" / "f16": with search="model", each f32 contraction
+    kernel may take inputs rounded to that type and accumulate in f32 where the cost model
+    predicts it faster, casts included (on a GPU, MMA intrinsics; never on the host CPU, where
+    IREE's bf16 code measured slower). Outputs stay f32; the values differ by the rounding
+    (about 1e-2 relative for bf16). The choice is never silent: `plan.low_precision` lists the
+    ops and `compiled.search.chosen` says "bf16 inputs, f32 accumulation on ops [...]". Not
+    with search="verify" (an SftError); with search="none" it changes nothing. Anything else
+    is an SftError naming the allowed values.
     """
     target = get_target(target)  # before the import, which can take a while
-    return compile_prepared(*prepare(model, example_inputs), target, plan, search, keep_ir)
+    check_precision(precision, search)
+    return compile_prepared(*prepare(model, example_inputs), target, plan, search, keep_ir, precision)
 
 
 def compile_prepared(program: Program, module, target: Target | str = "host", plan: Plan | None = None,
-                     search: str = "none", keep_ir: bool = False) -> CompiledModel:
+                     search: str = "none", keep_ir: bool = False, precision: str = "f32") -> CompiledModel:
     """`compile` of a prepared program (`module` is its raised sft module, consumed)."""
-    plan, report, lowered, planned, artifact = compile_program(program, module, target, plan, search)
+    plan, report, lowered, planned, artifact = compile_program(program, module, target, plan, search,
+                                                               precision)
     stages = Stages(program.linalg, program.sft_text, lowered, planned) if keep_ir else Stages()
     return CompiledModel(artifact, plan, program.signature, program.state, stages,
                          count_opaque(program.sft_text), report, program.entry, program.seconds)

@@ -56,7 +56,12 @@ class Plan:
     another order than written (space/chains.py); groups: the fusion partition (ops in no group are left to
     IREE's own fusion); tiles: (op id, config) for kernel roots (a TileConfig on a
     CPU, a space.gpu.GpuConfig on a GPU); flags: extra iree-compile
-    options; driver: the IREE runtime driver to run on ("" for the target's own)."""
+    options; driver: the IREE runtime driver to run on ("" for the target's own);
+    low_precision: (op id, "bf16" | "f16") for f32 contractions whose inputs are rounded to that
+    type, accumulation and result staying f32 (passes/low_precision.py; only where the user
+    allowed it with `precision=`). It applies after expand and orders and before groups and
+    tiles (it inserts one cast op per f32 input before its contraction, so later ids count
+    them); it is the last field only so that positional construction stays as it was."""
 
     expand: tuple[int, ...] = ()
     orders: tuple[tuple[int, Tree], ...] = ()
@@ -64,13 +69,18 @@ class Plan:
     tiles: tuple[tuple[int, object], ...] = ()  # TileConfig or GpuConfig
     flags: tuple[str, ...] = field(default=())
     driver: str = ""
+    low_precision: tuple[tuple[int, str], ...] = ()
 
     @property
     def is_empty(self) -> bool:
-        return not (self.expand or self.orders or self.groups or self.tiles or self.flags or self.driver)
+        return not (self.expand or self.orders or self.groups or self.tiles or self.flags
+                    or self.driver or self.low_precision)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        data = asdict(self)
+        if not self.low_precision:  # an all-f32 plan reads (and hashes) as it did before the field
+            del data["low_precision"]
+        return json.dumps(data, sort_keys=True)
 
     @staticmethod
     def from_json(text: str, source: str | None = None) -> "Plan":
@@ -129,6 +139,19 @@ def _tile(value, what: str):
                         ("distribution", "vector_common_parallel", "vector_reduction")), pipeline)
 
 
+LOW_PRECISION_TYPES = ("bf16", "f16")
+
+
+def _low_precision(value) -> tuple[tuple[int, str], ...]:
+    """[[op id, "bf16" | "f16"], ...] as pairs; another type is an error naming the entry."""
+    pairs = _pairs(value, "low_precision")
+    for i, (_, dtype) in enumerate(pairs):
+        if dtype not in LOW_PRECISION_TYPES:
+            raise ValueError(f"low_precision[{i}]: {json.dumps(dtype)} is not a low-precision "
+                             f"input type (known: {', '.join(LOW_PRECISION_TYPES)})")
+    return tuple(pairs)
+
+
 def _plan_of(data) -> Plan:
     """A Plan from parsed JSON, every key and type checked (ValueError or TypeError naming it)."""
     known = {f.name for f in fields(Plan)}
@@ -159,4 +182,5 @@ def _plan_of(data) -> Plan:
                     for i, (op, cfg) in enumerate(_pairs(data.get("tiles", []), "tiles"))),
         flags=tuple(flags),
         driver=driver,
+        low_precision=_low_precision(data.get("low_precision", [])),
     )

@@ -16,6 +16,7 @@ from .importers import import_mlir_file, import_mlir_text, import_torch
 from .passes import LowerPass, RaisePass, VerifyPass
 from .passes.apply_plan import ApplyPlanPass
 from .passes.expand_batch import ExpandBatchPass
+from .passes.low_precision import LowPrecisionPass
 from .passes.reassociate import ReassociatePass
 from .plan import Plan
 from .values import NP_TYPES, Signature, to_numpy
@@ -35,6 +36,7 @@ def lower(sft_module, plan: Plan) -> tuple[str, str]:
     Consumes the module."""
     ExpandBatchPass(plan.expand)(sft_module)
     ReassociatePass(plan.orders)(sft_module)
+    LowPrecisionPass(plan.low_precision)(sft_module)  # before groups and tiles: they count its casts
     LowerPass()(sft_module)
     lowered = ir.print_module(sft_module)
     iree_module = ir.parse(ir.iree_ir.Context(), lowered, "")

@@ -68,7 +68,12 @@ def _generic(op, ins, maps, out, out_map, domain, body_block, combine=None):
         with tm.InsertionPoint(block):
             ty = element_type(out)
             mul = "arith.mulf" if isinstance(ty, tm.FloatType) else "arith.muli"
-            prod = tm.Operation.create(mul, results=[ty], operands=args[:2]).results[0]
+            # Inputs narrower than the result (bf16 or f16 into f32: sft-low-precision) are
+            # extended first, so that products and sums are in the result's type.
+            factors = [a if a.type == ty else
+                       tm.Operation.create("arith.extf", results=[ty], operands=[a]).results[0]
+                       for a in args[:2]]
+            prod = tm.Operation.create(mul, results=[ty], operands=factors).results[0]
             linalg.YieldOp([_combine("add", ty, prod, args[-1])])
         return generic
     terminator = ops_of(body_block)[-1]

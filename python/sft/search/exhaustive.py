@@ -4,6 +4,7 @@ a sum of independent kernel terms, so the best plan is the best candidate of eac
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -14,9 +15,11 @@ import numpy as np
 from ..backend.profile import Profile
 from ..cost.model import memory_bound, option_speedup, other_dispatches, overheads
 from .chains import plan_orders
+from ..space.gpu import INTRINSICS, GpuSpace, intrinsic
 from ..space.kernels import Kernel, in_layout
 from ..space.options import ModuleOptions
 from ..targets import Target
+from ..targets.gpu import GpuCodegen
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,9 @@ class KernelChoice:
     space: object                      # the target codegen's space (TileSpace on CPU)
     ranked: tuple[int, ...]            # candidate indices, best predicted first (0 always kept)
     predicted: tuple[float, ...]       # their predicted seconds
+    # "f32", or the input type of a low-precision twin ("bf16", "f16": inputs rounded, f32
+    # accumulation; its predictions include the casts)
+    precision: str = "f32"
 
     @property
     def best(self) -> int:
@@ -99,7 +105,8 @@ class SearchReport:
                         for o in self.ranked],
             "kernels": [{"op": c.kernel.op_id, "domain": c.kernel.domain, "roles": c.kernel.roles,
                          "candidates": len(c.space), "best": c.space.config(c.best).__repr__(),
-                         "predicted_s": c.predicted[0], "default_predicted_s": c.default_prediction()}
+                         "predicted_s": c.predicted[0], "default_predicted_s": c.default_prediction(),
+                         "precision": c.precision}
                         for c in self.choices],
             "measured_s": self.measured,
             "chains": [c.to_dict() for c in self.chains],
@@ -118,10 +125,12 @@ class SearchReport:
             shown = ", ".join(f"{name} {t * 1e3:.4f} ms" for name, t in self.rewrites.items())
             lines.append(f"  batch expansion: {shown}; taken: {list(self.expand) or 'no'}")
         for c in self.choices:
+            # a twin never runs IREE's own config (`rank_twin`): there is no default to compare
+            against = (f"vs IREE default {c.default_prediction() * 1e6:.1f} us" if c.precision == "f32"
+                       else f"{c.precision} inputs, f32 accumulation, casts included")
             lines.append(f"  kernel op {c.kernel.op_id} {'x'.join(map(str, c.kernel.domain))} "
                          f"({''.join(c.kernel.roles)}): candidate {c.best} of {len(c.space)}, "
-                         f"predicted {c.predicted[0] * 1e6:.1f} us vs IREE default "
-                         f"{c.default_prediction() * 1e6:.1f} us")
+                         f"predicted {c.predicted[0] * 1e6:.1f} us {against}")
         for name, seconds in self.measured.items():
             shown = "failed" if seconds is None else f"{seconds * 1e3:.4f} ms"
             lines.append(f"  measured {name:<40} {shown}")
@@ -143,6 +152,66 @@ def rank_tiles(kernel: Kernel, space, target: Target, cores: int, default: tuple
     if 0 not in keep:
         keep.append(0)  # IREE's default always stays in the running
     return KernelChoice(kernel, space, tuple(keep), tuple(float(times[i]) for i in keep))
+
+
+def low_precision_space(kernel: Kernel, target: Target, dtype: str):
+    """The space of a kernel's low-precision twin (`dtype` inputs, f32 accumulation), or None
+    where the target has nothing to gain from it.
+
+    GPU: the kernel with 2-byte elements, so the space offers MMA intrinsics; the space module
+    pairs an intrinsic with kernels that accumulate in their input type (f16 in, f16 out), so
+    each intrinsic row is re-pointed to the intrinsic of the same family and shape that takes
+    `dtype` and accumulates in f32 (NV_MMA_SYNC_F16_16x8x16_F16 -> NV_MMA_SYNC_F32_16x8x16_BF16),
+    and rows with no such intrinsic on the target are dropped (ROCm lists no f16-accumulating
+    MFMA: its twin keeps SIMT rows only). CPU: none. On this host (AVX-512 with AVX512-BF16 and
+    AMX) IREE 3.13's CPU codegen runs a 256x256x256 matmul with bf16 inputs and f32
+    accumulation 2.4x slower than in f32 (518 us vs 215 us, local-sync; 319 us with data tiling
+    and micro-kernels), so there is no twin worth scoring."""
+    codegen = target.codegen
+    if not isinstance(codegen, GpuCodegen):
+        return None
+    twin = dataclasses.replace(kernel, element_bytes=2)
+    space = codegen.space(twin)
+    offered = set(codegen.gpu.intrinsics)
+    remap = np.zeros(len(INTRINSICS) + 1, dtype=np.int64)  # mma column -> new value (0: drop)
+    for i, name in enumerate(INTRINSICS):
+        parsed = intrinsic(name)
+        if parsed is None:
+            continue
+        wanted = (parsed[0], "f32", *parsed[2:5], dtype)
+        remap[i + 1] = next((j + 1 for j, other in enumerate(INTRINSICS)
+                             if other in offered and intrinsic(other) == wanted), 0)
+    rows = space.candidates.copy()
+    mma = rows[:, 1]
+    keep = (mma == 0) | (remap[mma] > 0)
+    rows[:, 1] = np.where(mma > 0, remap[mma], 0)
+    rows = rows[keep]
+    if len(rows) <= 1:  # IREE's default only
+        return None
+    return GpuSpace(twin, codegen.gpu, rows)
+
+
+def rank_twin(kernel: Kernel, space, target: Target, cores: int, default: tuple[int, ...],
+              dtype: str, cast_seconds: float, top_k: int) -> KernelChoice:
+    """Like `rank_tiles`, for a low-precision twin, its casts' time added to every candidate.
+    Row 0 is never taken: IREE's own config for the twin is unknown before IREE has seen the
+    twin (the profile is of the f32 program), so the twin runs only with a config of its own."""
+    times = target.codegen.predict(kernel, space.candidates, target.desc, cores, default) + cast_seconds
+    times[0] = np.inf
+    order = np.argsort(times, kind="stable")
+    keep = [int(i) for i in order[:top_k]]
+    if 0 not in keep:
+        keep.append(0)
+    return KernelChoice(kernel, space, tuple(keep), tuple(float(times[i]) for i in keep), dtype)
+
+
+def cast_seconds(inputs: tuple[tuple[int, bool], ...], target: Target) -> float:
+    """The casts a twin needs (passes/low_precision.py `castable`: per input its element count
+    and whether its cast is a dispatch of its own), memory-bound on the target's DRAM
+    bandwidth: each element read as f32 and written as 2 bytes (the twin's own reads of 2 bytes
+    are in its kernel's prediction), and a dispatch's overhead for each cast that has one."""
+    return sum(elements * (4 + 2) / target.desc.dram_bandwidth
+               + (target.desc.dispatch_overhead if own else 0.0) for elements, own in inputs)
 
 
 def _reductions_innermost(kernel: Kernel) -> bool:
@@ -167,25 +236,45 @@ def as_compiled(kernels: list[Kernel], profile: Profile, target: Target) -> tupl
 
 
 def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profile], target: Target,
-                   options: list[ModuleOptions], top_k: int = 5) -> SearchReport:
+                   options: list[ModuleOptions], top_k: int = 5, precision: str = "f32",
+                   castable: dict[int, tuple[tuple[int, bool], ...]] | None = None) -> SearchReport:
     """Rank every option set by the predicted time of its best plan. `profiles` maps the
     options' dispatch-forming flags (`ModuleOptions.formation_flags`) to IREE's view of the
-    program under them."""
+    program under them.
+
+    With `precision` "bf16" or "f16" each kernel in `castable` (op id -> the inputs to cast,
+    passes/low_precision.py `castable`) is also scored as its low-precision
+    twin, casts included, and takes the faster of the two wherever tile configs apply."""
     report = SearchReport()
     start = time.perf_counter()
     kernels, defaults = as_compiled(kernels, profiles[()], target)
     spaces = [target.codegen.space(k) for k in kernels]
+    castable = castable or {}
+    twins = [low_precision_space(k, target, precision)
+             if precision != "f32" and k.op_id in castable else None for k in kernels]
     desc = target.desc
     by_cores: dict[int, list[KernelChoice]] = {}
+    mixed: dict[int, list[KernelChoice]] = {}  # per kernel the faster of f32 and its twin
     for cores in sorted({1 if o.serial else desc.cores for o in options}):
         by_cores[cores] = [rank_tiles(k, s, target, cores, d, top_k)
                            for k, s, d in zip(kernels, spaces, defaults)]
         report.scored += sum(len(s) for s in spaces)
+        mixed[cores] = list(by_cores[cores])
+        for i, (k, twin, d) in enumerate(zip(kernels, twins, defaults)):
+            if twin is None:
+                continue
+            low = rank_twin(twin.kernel, twin, target, cores, d, precision,
+                            cast_seconds(castable[k.op_id], target), top_k)
+            report.scored += len(twin)
+            if low.predicted[0] < mixed[cores][i].predicted[0]:
+                mixed[cores][i] = low
     rests: dict[tuple, float] = {}
     for o in options:
         cores = 1 if o.serial else desc.cores
         profile = profiles[o.formation_flags]
-        choices = by_cores[cores]
+        # A twin needs a config of its own: only where tile configs apply (data tiling and
+        # micro-kernels replace the kernel's codegen).
+        choices = mixed[cores] if o.keeps_tiles else by_cores[cores]
         if o.keeps_tiles:
             kernel_time = sum(c.predicted[0] for c in choices)
         else:
@@ -199,6 +288,7 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
     report.ranked.sort(key=lambda o: o.predicted)
     tiled = sum(o.keeps_tiles for o in options)
     report.space_size_log10 = math.log10(
-        tiled * math.prod(len(s) for s in spaces) + len(options) - tiled)
+        tiled * math.prod(len(s) + (len(t) if t else 0) for s, t in zip(spaces, twins))
+        + len(options) - tiled)
     report.seconds = time.perf_counter() - start
     return report

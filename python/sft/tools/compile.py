@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..api import searched_plan
+from ..api import PRECISIONS, check_precision, searched_plan
 from ..program import lower, prepare
 from ..backend import compile_module
 from ..targets import get_target, target_names
@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--search", choices=["none", "model", "verify"], default="none",
                    help="model: the cost model's best plan; verify: the best measured (default: "
                         "none, IREE decides)")
+    # Not argparse choices either: an unknown value is sft's one-line error listing the allowed.
+    p.add_argument("--precision", default="f32",
+                   help=f"what --search may compute f32 contractions in: {', '.join(PRECISIONS)} "
+                        "(bf16/f16: inputs rounded, f32 accumulation, where the model predicts a "
+                        "gain; default f32, no rounding)")
     p.add_argument("--report", metavar="FILE", help="write the search report (.json: JSON, else text)")
     p.add_argument("--model", default="model", help="name of the model in a .py input")
     p.add_argument("--emit", choices=["vmfb", "sft", "linalg", "plan"], default="vmfb",
@@ -70,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _compile(args) -> int:
     target = get_target(args.target)
+    check_precision(args.precision, args.search)
     suffix = {"vmfb": "vmfb", "sft": "sft.mlir", "linalg": "linalg.mlir", "plan": "plan.json"}
     output = args.output or str(Path(args.input).with_suffix("." + suffix[args.emit]))
     read_input(args.input)  # missing, unreadable or not UTF-8: one error naming the file
@@ -83,7 +89,7 @@ def _compile(args) -> int:
     else:
         program, module = prepare(Path(args.input))
     if args.search != "none" and not args.plan:
-        plan, report = searched_plan(program, target, args.search, TuningDB())
+        plan, report = searched_plan(program, target, args.search, TuningDB(), args.precision)
         print(report.to_text(), file=sys.stderr)
         if args.report:
             write_output(args.report, report.to_json() if args.report.endswith(".json")
