@@ -12,6 +12,7 @@ from tqdm import tqdm
 from .backend import compile_module
 from .backend import profile
 from .backend.iree import Artifact
+from .backend.runtime import check_driver
 from .compiled import CompiledModel, Stages
 from .errors import SftError
 from .passes.expand_batch import ExpandBatchPass, expandable
@@ -195,6 +196,8 @@ def compile_program(program: Program, module, target: Target | str = "host", pla
         raise SftError(f"search must be 'none', 'model' or 'verify', not {search!r}")
     check_precision(precision, search)
     target = get_target(target)
+    if search == "verify" and plan is None:  # verify times candidates on this machine's device
+        check_driver(target.driver)
     report, seconds = None, program.seconds
     start = time.perf_counter()
     if plan is None and search != "none":

@@ -97,7 +97,9 @@ class CompiledModel:
             if tuple(array.shape) != shape or array.dtype != dtype:
                 raise SftError(f"load_state_dict: '{name}' is {array.dtype}{list(array.shape)}, "
                                f"the model has {np.dtype(dtype)}{list(shape)}")
-            self._device_state[name] = array if self._loaded is None else self._loaded.upload(array)
+            # Kept as a copy until the module is loaded: the caller's tensors may change meanwhile.
+            self._device_state[name] = (np.array(array, copy=True) if self._loaded is None
+                                        else self._loaded.upload(array))
 
     def state_dict(self) -> dict:
         """The model's state as it is on the device now, as torch tensors by name."""

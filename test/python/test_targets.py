@@ -103,3 +103,27 @@ def test_a_gpu_module_compiles_and_saves_where_there_is_no_gpu(tmp_path):
         assert "'cuda' driver" in str(err)
         return
     torch.testing.assert_close(out, model(x).detach())  # a machine with an NVIDIA GPU runs it
+
+
+def test_verify_on_a_gpu_this_machine_lacks_is_one_clear_error():
+    """verify times candidates here: on a machine without the GPU it refuses before searching
+    (and records nothing in the tuning database)."""
+    from sft.backend.runtime import check_driver
+
+    try:
+        check_driver("cuda")
+    except SftError:
+        with pytest.raises(SftError, match="'cuda' driver"):
+            sft.compile(torch.nn.Linear(4, 4), (torch.ones(2, 4),), target="cuda:sm_80",
+                        search="verify")
+    else:
+        pytest.skip("this machine has a CUDA device: verify runs there")
+
+
+def test_target_key_changes_with_what_changes_the_search():
+    sm90 = get_target("cuda:sm_90")
+    assert sm90.key(10) != sm90.key(11)
+    assert sm90.key(10) != get_target("cuda:sm_80").key(10)
+    faster = dataclasses.replace(sm90.codegen.gpu, dram_bandwidth=sm90.codegen.gpu.dram_bandwidth * 2)
+    assert dataclasses.replace(sm90, codegen=type(sm90.codegen)(faster)).key(10) != sm90.key(10)
+    assert dataclasses.replace(sm90, device_attr="").key(10) != sm90.key(10)

@@ -30,6 +30,11 @@ def _config(driver: str):
     return _CONFIGS[driver]
 
 
+def check_driver(driver: str) -> None:
+    """An SftError unless IREE's `driver` has a device to run on here."""
+    _config(driver)
+
+
 class Loaded:
     """A compiled module loaded in the IREE runtime: call it with numpy arrays."""
 

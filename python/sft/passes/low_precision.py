@@ -33,8 +33,11 @@ def _is_f32(value) -> bool:
     return isinstance(element_type(value), tm.F32Type)
 
 
-def _compute_ops(func) -> list:
-    return [op for op in ops_of(func.regions[0].blocks[0]) if op.name in dialect.COMPUTE_OPS]
+def _compute_ops(module) -> list:
+    """The module's sft compute ops in order, numbered across its functions as sft-lower
+    stamps them (the numbering plans use)."""
+    return [op for func in functions(module) for op in ops_of(func.regions[0].blocks[0])
+            if op.name in dialect.COMPUTE_OPS]
 
 
 def castable(module) -> dict[int, tuple[tuple[int, bool], ...]]:
@@ -47,11 +50,10 @@ def castable(module) -> dict[int, tuple[tuple[int, bool], ...]]:
     dispatches where its f32 one has 2); a cast of a computed value joins its producer's."""
     found = {}
     with module.context:
-        for func in functions(module):
-            for op_id, op in enumerate(_compute_ops(func)):
-                ins = dialect.inputs(op)
-                if op.name == "sft.contract" and _is_f32(op.results[0]) and all(map(_is_f32, ins)):
-                    found[op_id] = tuple((_elements(v), _from_argument(v)) for v in ins)
+        for op_id, op in enumerate(_compute_ops(module)):
+            ins = dialect.inputs(op)
+            if op.name == "sft.contract" and _is_f32(op.results[0]) and all(map(_is_f32, ins)):
+                found[op_id] = tuple((_elements(v), _from_argument(v)) for v in ins)
     return found
 
 
@@ -120,22 +122,21 @@ class LowPrecisionPass:
         if not self.ops:
             return
         with module.context, tm.Location.unknown():
-            for func in functions(module):
-                compute = _compute_ops(func)
-                chosen = []
-                for op_id, dtype in self.ops:
-                    if dtype not in LOW_PRECISION_TYPES:
-                        raise IllegalPlan(f"plan computes op {op_id} in {dtype!r}, not a low-precision "
-                                          f"input type (known: {', '.join(LOW_PRECISION_TYPES)})")
-                    op = compute[op_id] if 0 <= op_id < len(compute) else None
-                    if (op is None or op.name != "sft.contract" or not _is_f32(op.results[0])
-                            or not any(map(_is_f32, dialect.inputs(op)))):
-                        raise IllegalPlan(f"plan computes op {op_id} from {dtype} inputs, but it is "
-                                          "not a contraction of f32 inputs into an f32 result")
-                    chosen.append((op, dtype))
-                # Ops were looked up before any cast was inserted: ids count the program as given.
-                for op, dtype in chosen:
-                    with op.location:
-                        for i, value in enumerate(dialect.inputs(op)):
-                            if _is_f32(value):
-                                op.operands[i] = _cast(value, dtype, tm.InsertionPoint(op))
+            compute = _compute_ops(module)
+            chosen = []
+            for op_id, dtype in self.ops:
+                if dtype not in LOW_PRECISION_TYPES:
+                    raise IllegalPlan(f"plan computes op {op_id} in {dtype!r}, not a low-precision "
+                                      f"input type (known: {', '.join(LOW_PRECISION_TYPES)})")
+                op = compute[op_id] if 0 <= op_id < len(compute) else None
+                if (op is None or op.name != "sft.contract" or not _is_f32(op.results[0])
+                        or not any(map(_is_f32, dialect.inputs(op)))):
+                    raise IllegalPlan(f"plan computes op {op_id} from {dtype} inputs, but it is "
+                                      "not a contraction of f32 inputs into an f32 result")
+                chosen.append((op, dtype))
+            # Ops were looked up before any cast was inserted: ids count the program as given.
+            for op, dtype in chosen:
+                with op.location:
+                    for i, value in enumerate(dialect.inputs(op)):
+                        if _is_f32(value):
+                            op.operands[i] = _cast(value, dtype, tm.InsertionPoint(op))

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..backend.iree import KEEP_F64  # noqa: F401  (every target passes it)
+from ..backend.iree import KEEP_F64  # noqa: F401  (the targets that keep f64 pass it)
 from ..cost.hardware import TargetDesc
 from ..space.kernels import Kernel
 from ..space.options import ModuleOptions
@@ -68,7 +68,9 @@ class Target:
         return (*self.flags, self.device_attr) if self.device_attr else self.flags
 
     def key(self, revision: int) -> str:
-        """The target part of a tuning-database key: its name, flags and hardware numbers, and
-        the revision of the space and cost model (a new revision searches again)."""
-        text = f"{revision}|{self.compile_key()}|{self.desc.to_json()}"
+        """The target part of a tuning-database key: its name, flags, hardware numbers, kernel
+        codegen and option sets, and the revision of the space and cost model (a new revision
+        searches again)."""
+        # The codegen's repr holds its hardware numbers (ISA, or the GPU's limits and peaks).
+        text = f"{revision}|{self.compile_key()}|{self.desc.to_json()}|{self.codegen!r}|{self.options}"
         return f"{self.name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
