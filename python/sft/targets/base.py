@@ -74,3 +74,16 @@ class Target:
         # The codegen's repr holds its hardware numbers (ISA, or the GPU's limits and peaks).
         text = f"{revision}|{self.compile_key()}|{self.desc.to_json()}|{self.codegen!r}|{self.options}"
         return f"{self.name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+def gpu_program_desc(gpu) -> TargetDesc:
+    """A GPU's program-level description (the other dispatches' memory time, launch costs,
+    chain-order floors), derived from its kernel-level `cost.gpu.GpuDesc`: one source for a
+    device's numbers."""
+    return TargetDesc(
+        name=f"{gpu.api}-{gpu.arch}", cores=gpu.compute_units, simd_f32=gpu.subgroup_size,
+        vector_registers=gpu.max_registers_per_thread, peak_flops_f32=gpu.simt_f32 / gpu.compute_units,
+        l1_bytes=gpu.shared_per_cu, l2_bytes=gpu.l2_bytes,
+        l1_bandwidth=gpu.shared_bytes_per_clk * gpu.clock_hz,
+        l2_bandwidth=gpu.l2_bandwidth / gpu.compute_units, dram_bandwidth=gpu.dram_bandwidth,
+        dispatch_overhead=gpu.launch_overhead, workgroup_overhead=0.05e-6)
