@@ -96,6 +96,17 @@ def run_group(cmd: list[str], timeout: float, env: dict | None = None) -> subpro
                                            err.read().decode(errors="replace"))
 
 
+def run_attached(cmd: list[str], timeout: float | None = None) -> int:
+    """Run a tool on the caller's stdout and stderr (its progress shows as it goes) in a process
+    group of its own, killed when the tool exits, on an interrupt and past `timeout` (which then
+    raises subprocess.TimeoutExpired); its exit code."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        return proc.wait(timeout)
+    finally:
+        kill_group(proc)
+
+
 def exit_text(code: int) -> str:
     """How a process ended, in words: `exit code 3`, `killed by SIGSEGV`."""
     if code >= 0:

@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..backend.iree import run_attached, run_group
 from ..errors import SftError
 
 RUN_SCRIPT = Path(__file__).resolve().parents[3] / "tools" / "gpu_check_run.py"
@@ -64,11 +65,14 @@ def runtime_wheel(root: Path, wheel: str | None, progress) -> str | None:
         if not found:
             progress(f"downloading {WHEEL_SPEC} for Python {WHEEL_PYTHON} into {cache}")
             cache.mkdir(parents=True, exist_ok=True)
-            proc = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                 "--python-version", WHEEL_PYTHON, "--implementation", "cp",
-                 "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-                 "-d", str(cache), WHEEL_SPEC], capture_output=True, text=True)
+            try:
+                proc = run_group(
+                    [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                     "--python-version", WHEEL_PYTHON, "--implementation", "cp",
+                     "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+                     "-d", str(cache), WHEEL_SPEC], timeout=600)
+            except subprocess.TimeoutExpired:
+                raise SftError(f"pip download {WHEEL_SPEC} timed out (pass --wheel PATH)") from None
             found = sorted(cache.glob(WHEEL_GLOB))
             if proc.returncode != 0 or not found:
                 raise SftError(f"pip download {WHEEL_SPEC} failed: "
@@ -162,7 +166,7 @@ def run_phase(root: Path, out: Path | None, driver: str | None, rounds: int | No
     cmd += ["--out", str(out)] if out else []
     cmd += ["--driver", driver] if driver else []
     cmd += ["--rounds", str(rounds)] if rounds else []
-    return subprocess.call(cmd + extra)
+    return run_attached(cmd + extra)
 
 
 def main(argv: list[str] | None = None) -> int:
