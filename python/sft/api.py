@@ -98,7 +98,7 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         variant = to_sft(sft_text) if expand else written_module
         ExpandBatchPass(expand)(variant)
         start = time.perf_counter()
-        chains = choose_orders(contraction_chains(variant), desc, desc.cores)
+        chains = choose_orders(contraction_chains(variant), target, desc.cores)
         seconds = time.perf_counter() - start
         orders[expand] = plan_orders(chains)
         ReassociatePass(orders[expand])(variant)

@@ -10,10 +10,7 @@ import torch
 import sft
 from sft import ir
 from sft.api import linalg_of, to_sft
-from sft.cost.model import compute_floor, predict
-from sft.targets import get_target
-
-HOST = get_target("host").desc
+from sft.cost.model import compute_floor
 from sft.errors import IllegalPlan
 from sft.models import SUITE
 from sft.passes import ExpandBatchPass
@@ -22,7 +19,10 @@ from sft.passes.reassociate import ReassociatePass
 from sft.plan import Plan
 from sft.search.chains import choose_order
 from sft.space.chains import Chain, contraction_chains
-from sft.space.tiles import tile_space
+from sft.targets import get_target
+
+HOST = get_target("host")
+SM90 = get_target("cuda:sm_90")
 
 # R[i, l] = sum over j, k of A[i, j] B[j, k] C[k, l]: index ids i=0, l=1, j=2, k=3.
 ABC = Chain(op_id=3, operands=((0, 2), (2, 3), (3, 1)), output=(0, 1), extents=(64, 16, 32, 256),
@@ -47,9 +47,15 @@ def _trees(items):
                     yield (a, b)
 
 
-def _brute_force(chain):
-    return {t: sum(float(predict(k, tile_space(k).candidates, HOST, 1).min())
-                   for k in map(chain.kernel, chain.steps(t)))
+def _step(k, target, cores):
+    """A step's best predicted seconds by the target's own codegen."""
+    codegen = target.codegen
+    space = codegen.space(k)
+    return float(codegen.predict(k, space.candidates, target.desc, cores, codegen.default(k, None)).min())
+
+
+def _brute_force(chain, target=HOST, cores=1):
+    return {t: sum(_step(k, target, cores) for k in map(chain.kernel, chain.steps(t)))
             for t in _trees(list(range(len(chain.operands)))) if chain.is_order(t)}
 
 
@@ -71,10 +77,13 @@ def test_orders_and_their_work_by_hand():
     assert second.sources == (0, 3) and second.out == (0, 1)
 
 
-def test_lower_bound_never_exceeds_the_model():
+@pytest.mark.parametrize("target", ["host", "cuda:sm_80", "cuda:sm_90", "rocm:gfx942", "vulkan:rdna3"])
+def test_lower_bound_never_exceeds_the_model(target):
+    target = get_target(target)
+    cores = 1 if target is HOST else target.desc.cores
     for chain in (ABC, ABCD):
-        for tree, predicted in _brute_force(chain).items():
-            assert compute_floor(chain.flops(tree), HOST, 1) <= predicted
+        for tree, predicted in _brute_force(chain, target, cores).items():
+            assert compute_floor(chain.flops(tree), target.desc, cores) <= predicted
 
 
 @pytest.mark.parametrize("chain", [ABC, ABCD], ids=["3 operands", "4 operands"])
@@ -86,6 +95,21 @@ def test_dynamic_programming_agrees_with_brute_force_and_prunes(chain):
     assert math.isclose(choice.written_predicted, brute[chain.written])
     assert choice.orders == len(brute)  # every legal tree covered, counted
     assert choice.pruned > 0            # and some splits cut by their compute floor
+
+
+def test_gpu_orders_follow_the_gpu_model_not_this_host():
+    """On a GPU target every step is scored by the GPU's space and model (a chain as small as
+    ABC is launch- and latency-bound there: every order ties, and as written wins): the choice
+    is the brute force's under that model, counted over the GPU spaces."""
+    big = Chain(op_id=3, operands=((0, 2), (2, 3), (3, 1)), output=(0, 1),
+                extents=(4096, 64, 64, 4096), element_bytes=4, written=((0, 1), 2))
+    brute = _brute_force(big, SM90, SM90.desc.cores)
+    choice = choose_order(big, SM90, SM90.desc.cores)
+    assert choice.order == min(brute, key=brute.get) == (0, (1, 2))  # A (B C): 64x less work
+    assert math.isclose(choice.predicted, brute[choice.order]) and choice.predicted < choice.written_predicted
+    assert math.isclose(choice.written_predicted, brute[big.written])
+    kernels = {(s.lhs, s.rhs, s.out): big.kernel(s) for t in brute for s in big.steps(t)}
+    assert choice.scored == sum(len(SM90.codegen.space(k)) for k in kernels.values())
 
 
 def test_linear_attention_chain_is_found_and_reordered_with_the_same_numbers():

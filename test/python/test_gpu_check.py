@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sft.targets import get_target
 from sft.tools import gpu_check
 
 RUN_SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "gpu_check_run.py"
@@ -118,7 +119,8 @@ def test_prepare_for_sm90(tmp_path):
     files |= {c["file"] for k in manifest["kernels"] for c in k["candidates"] if "file" in c}
     for file in files:
         assert b".target sm_90" in (root / file).read_bytes(), file
-    assert manifest["gemm"]["n"] == 256 and manifest["gemm"]["peak_flops"] == 989e12
+    peak = get_target("cuda:sm_90").codegen.gpu.mma_peak("bf16")
+    assert manifest["gemm"]["n"] == 256 and manifest["gemm"]["peak_flops"] == peak
     if manifest["kernel_configs_searched"]:  # once the CUDA codegen is searched: its configs
         assert manifest["kernels"] and all(k["candidates"] for k in manifest["kernels"])
     assert gpu_check.size_mib(root) < 5

@@ -2,6 +2,8 @@
 contraction kernel (inputs rounded, f32 accumulation), recorded in the plan and said in the
 report, never silent; the default "f32" changes nothing."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -56,7 +58,10 @@ def test_forced_bf16_on_host_runs_within_bf16_tolerance(mlp):
     np.testing.assert_allclose(f16(*inputs).numpy(), expected, rtol=2e-2, atol=2e-2)
 
 
-def test_gpu_search_chooses_bf16_with_mma_and_says_so(mlp):
+def test_gpu_search_chooses_bf16_with_mma_and_says_so(mlp, tmp_path, monkeypatch):
+    # A tuning database of its own: the f32 plan it records below would otherwise be replayed
+    # (without kernel choices) by other tests of the session compiling mlp for cuda:sm_90.
+    monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path))
     program = mlp[2]
     plan, report, _, planned, artifact = compile_program(program, program.module(), "cuda:sm_90",
                                                          search="model", precision="bf16")
@@ -65,6 +70,10 @@ def test_gpu_search_chooses_bf16_with_mma_and_says_so(mlp):
     assert set(op for op, _ in plan.low_precision) <= set(castable(program.module()))
     assert "bf16 inputs, f32 accumulation on ops" in report.chosen
     assert "bf16 inputs, f32 accumulation" in report.to_text()
+    # a twin never runs IREE's own config: no default prediction, written as JSON's null
+    assert "Infinity" not in report.to_json()
+    assert any(k["precision"] == "bf16" and k["default_predicted_s"] is None
+               for k in json.loads(report.to_json())["kernels"])
     low = [c for c in report.choices if c.precision == "bf16"]
     assert low and all(isinstance(c.space.config(c.best), GpuConfig) for c in low)
     kinds = [c.space.config(c.best).mma_kind for c in low]

@@ -1,9 +1,10 @@
 """GPU hardware descriptions and the analytical cost model of a contraction's GPU configs.
 
 `predict` scores every candidate row of a GpuSpace at once (numpy, no Python loop per row):
-the MMA or SIMT peak for the kernel's type, capped by how fast one CU's shared memory feeds
-its tiles, times how busy the CUs are (resident subgroups, from occupancy: workgroup memory,
-registers and threads per workgroup), over the waves of workgroups (quantisation); against
+the MMA peak for the kernel's input type (SIMT's for its result type), capped by how fast one
+CU's shared memory feeds its tiles, times how busy the CUs are (resident subgroups, from
+occupancy: workgroup memory, registers and threads per workgroup), over the waves of
+workgroups (quantisation); against
 the traffic the tiles imply (L2 to the CUs: A once per column of workgroups, B once per row;
 DRAM: each operand once unless L2 cannot hold B across the rows a wave covers), a latency per
 reduction step that prefetching hides, and the launch.
@@ -20,8 +21,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..space.gpu import (COOP_MATRIX, DTYPES, FIELDS, INTRINSICS, MMA_SHAPES, SPIRV_SIMT, TF_MMA,
-                         TF_SIMT, VECTOR_DISTRIBUTE, derived, intrinsic, shared_bytes)
+from ..space.gpu import (COOP_MATRIX, FIELDS, INTRINSICS, MMA_SHAPES, SPIRV_SIMT, TF_MMA, TF_SIMT,
+                         VECTOR_DISTRIBUTE, derived, intrinsic, kernel_types, shared_bytes)
 from ..space.kernels import Kernel
 
 
@@ -153,8 +154,6 @@ RDNA3 = GpuDesc(
     launch_overhead=8e-6,       # estimate: a Vulkan dispatch through IREE's HAL
 )
 
-GPUS = {"cuda:sm_80": SM80, "cuda:sm_90": SM90, "rocm:gfx942": GFX942, "vulkan:rdna3": RDNA3}
-
 # What IREE picks for a contraction when its config cannot be read: the SIMT config it gives an
 # f32 matmul on CUDA (workgroup 32x128, a 1x16 tile per thread, k steps of 32).
 FALLBACK = dict(pipeline=TF_SIMT, mma=0, wg_m=32, wg_n=128, k=32, sub_m=1, sub_n=16, subgroup=32,
@@ -219,7 +218,7 @@ def default_row(kernel: Kernel, fields: dict | None) -> np.ndarray:
         wg_m, wg_n = _at(top, roles, "m"), _at(top, roles, "n")
         depth = number("pipeline_depth", 1)
         if pipeline == "CooperativeMatrixVectorize" and len(padded) >= 4:
-            native = ("WMMA", DTYPES.get(kernel.element_bytes), _at(padded[3], roles, "m"),
+            native = ("WMMA", *kernel_types(kernel), _at(padded[3], roles, "m"),
                       _at(padded[3], roles, "n"), _at(padded[3], roles, "k"))
             mma = next((i + 1 for i, name in enumerate(INTRINSICS) if _coop_shape(name) == native), 0)
             row = _row(pipeline=COOP_MATRIX, mma=mma, wg_m=wg_m, wg_n=wg_n,
@@ -239,22 +238,23 @@ _iree_default_row = default_row  # `predict`'s argument of that name hides it th
 
 
 def _coop_shape(name: str):
-    """(family prefix, type, m, n, k) of a WMMA intrinsic that accumulates in its input type."""
+    """(family prefix, accumulator type, input type, m, n, k) of a WMMA intrinsic."""
     parsed = intrinsic(name)
-    if parsed is None or parsed[1] != parsed[5]:
+    if parsed is None:
         return None
-    return (parsed[0][:4], parsed[1], *parsed[2:5])
+    return (parsed[0][:4], parsed[1], parsed[5], *parsed[2:5])
 
 
 def _registers(kernel: Kernel, c: np.ndarray, d: dict) -> np.ndarray:
-    """32-bit registers per thread: the accumulator tile spread over the threads, the operand
-    fragments of one step (double-buffered), and ~32 for addresses and indices."""
-    words = kernel.element_bytes / 4.0
+    """32-bit registers per thread: the accumulator tile spread over the threads (in the
+    result's type), the operand fragments of one step (double-buffered, in the inputs' type),
+    and ~32 for addresses and indices."""
+    words, in_words = kernel.element_bytes / 4.0, kernel.operand_bytes / 4.0
     wg_m, wg_n, sub_m, sub_n, sg = (c[:, i].astype(np.float64) for i in (2, 3, 5, 6, 7))
     threads = np.maximum(d["threads"], 1)
     acc = wg_m * wg_n / threads * max(words, 0.5)
     fragments = np.where(d["uses_mma"], (sub_m + sub_n) * d["mma_k"] / np.maximum(sg, 1),
-                         sub_m + sub_n) * 2.0 * words
+                         sub_m + sub_n) * 2.0 * in_words
     return acc + fragments + 32.0
 
 
@@ -288,17 +288,19 @@ def predict(kernel: Kernel, candidates: np.ndarray, gpu: GpuDesc,
     f = c.astype(np.float64)
     wg_m, wg_n, k_step, sub_m, sub_n, stages = f[:, 2], f[:, 3], f[:, 4], f[:, 5], f[:, 6], f[:, 8]
     m, n, k, b = float(kernel.m), float(kernel.n), float(kernel.k), float(kernel.batch)
-    eb = float(kernel.element_bytes)
+    # Inputs (A, B) in their own type, the result (C) and its accumulators in the result's.
+    in_b, out_b = float(kernel.operand_bytes), float(kernel.element_bytes)
     cus = float(gpu.compute_units)
-    dtype = DTYPES.get(kernel.element_bytes, "")
+    result_type, input_type = kernel_types(kernel)
 
-    # Peak per CU for the path the row takes, capped by what shared memory feeds its tiles: a
-    # sub_m x sub_n tile reads (sub_m + sub_n) elements per k for 2 sub_m sub_n FLOPs.
-    mma_peak = gpu.mma_peak(dtype) * gpu.mma_efficiency
-    simt_peak = gpu.simt_f64 if dtype == "f64" else gpu.simt_f32
+    # Peak per CU for the path the row takes (an intrinsic's by its input type; SIMT's by the
+    # type it computes in, the result's), capped by what shared memory feeds its tiles: a
+    # sub_m x sub_n tile reads (sub_m + sub_n) input elements per k for 2 sub_m sub_n FLOPs.
+    mma_peak = gpu.mma_peak(input_type) * gpu.mma_efficiency
+    simt_peak = gpu.simt_f64 if result_type == "f64" else gpu.simt_f32
     use_mma = d["uses_mma"] & (c[:, 1] > 0) & (mma_peak > 0)
     per_cu = np.where(use_mma, mma_peak, simt_peak) / cus
-    feed = gpu.shared_bytes_per_clk * gpu.clock_hz * 2.0 * sub_m * sub_n / ((sub_m + sub_n) * eb)
+    feed = gpu.shared_bytes_per_clk * gpu.clock_hz * 2.0 * sub_m * sub_n / ((sub_m + sub_n) * in_b)
     per_cu = np.minimum(per_cu, feed)
 
     threads = np.maximum(d["threads"], 1).astype(np.float64)
@@ -322,7 +324,7 @@ def predict(kernel: Kernel, candidates: np.ndarray, gpu: GpuDesc,
     compute = waves * steps * step
 
     # Traffic: every workgroup reads its A panel (wg_m x K) and B panel (K x wg_n) through L2.
-    a_bytes, b_bytes, c_bytes = b * m * k * eb, b * k * n * eb, b * m * n * eb
+    a_bytes, b_bytes, c_bytes = b * m * k * in_b, b * k * n * in_b, b * m * n * out_b
     rows, cols = np.ceil(m / wg_m), np.ceil(n / wg_n)
     from_l2 = a_bytes * cols + b_bytes * rows + c_bytes
     # DRAM: once each, unless B does not stay in L2 while the waves walk the rows of workgroups

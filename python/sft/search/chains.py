@@ -4,8 +4,10 @@ Chains are disjoint, so each is decided alone. The best order of a group of oper
 best split of the group into two, each side in its own best order, plus the contraction that
 joins them: dynamic programming over subsets (the optimal-einsum recurrence), exact. A split is
 pruned unscored when its sides' best times plus the joining step's compute floor (its work at
-peak rate: `predict` never goes below it) already reach the best split found. A step is scored
-under its best tile candidate (the tile search that follows picks the tiles).
+the target description's f32 peak rate, which no codegen's model goes below for f32 work)
+already reach the best split found. A step is scored by the target's codegen under its best
+candidate (the kernel search that follows picks the config): on a GPU target by the GPU's
+space and model, never this host's tiles.
 """
 
 from __future__ import annotations
@@ -13,11 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..cost.model import compute_floor, predict, untiled_contraction
-from ..cost.hardware import TargetDesc
+from ..cost.model import compute_floor, untiled_contraction
 from ..plan import Tree
 from ..space.chains import Chain, Step, step_flops
-from ..space.tiles import tile_space
+from ..targets import Target
 
 
 @dataclass(frozen=True)
@@ -40,31 +41,41 @@ class OrderChoice:
 class _StepCost:
     """Predicted seconds of one step, remembered (the same step recurs across splits)."""
 
-    def __init__(self, chain: Chain, target: TargetDesc, cores: int):
+    def __init__(self, chain: Chain, target: Target, cores: int):
         self.chain, self.target, self.cores = chain, target, cores
         self.known: dict[tuple, float] = {}
         self.scored = 0
 
     def floor(self, step: Step) -> float:
-        return compute_floor(step_flops(self.chain, step), self.target, self.cores)
+        # The description's peak is f32's (a GPU's with the intrinsics that take f32 where it
+        # has them): a bound for f32 steps. Narrower types can beat it (a GPU's f16 intrinsics,
+        # wider CPU vectors): no floor, so nothing is pruned that could win.
+        if self.chain.element_bytes < 4:
+            return 0.0
+        return compute_floor(step_flops(self.chain, step), self.target.desc, self.cores)
 
     def __call__(self, step: Step) -> float:
         key = (step.lhs, step.rhs, step.out)
         if key not in self.known:
-            kernel = self.chain.kernel(step)
+            codegen = self.target.codegen
+            # No codegen (IREE's configs everywhere): every step as a contraction not tiled.
+            kernel = self.chain.kernel(step) if codegen is not None else None
             if kernel is None:
                 nbytes = self.chain.element_bytes * sum(
                     math.prod(self.chain.extents[i] for i in t) for t in (step.lhs, step.rhs, step.out))
                 self.known[key] = untiled_contraction(step_flops(self.chain, step), nbytes,
-                                                      self.target, self.cores)
+                                                      self.target.desc, self.cores)
             else:
-                space = tile_space(kernel)
-                self.known[key] = float(predict(kernel, space.candidates, self.target, self.cores).min())
+                # A step has no dispatch yet: IREE's default is the codegen's for an unseen one.
+                space = codegen.space(kernel)
+                times = codegen.predict(kernel, space.candidates, self.target.desc, self.cores,
+                                        codegen.default(kernel, None))
+                self.known[key] = float(times.min())
                 self.scored += len(space)
         return self.known[key]
 
 
-def choose_order(chain: Chain, target: TargetDesc, cores: int) -> OrderChoice:
+def choose_order(chain: Chain, target: Target, cores: int) -> OrderChoice:
     cost = _StepCost(chain, target, cores)
     n = len(chain.operands)
     best: dict[frozenset, tuple[float, Tree]] = {frozenset([i]): (0.0, i) for i in range(n)}
@@ -103,7 +114,7 @@ def choose_order(chain: Chain, target: TargetDesc, cores: int) -> OrderChoice:
                        count.get(frozenset(range(n)), 0))
 
 
-def choose_orders(chains: list[Chain], target: TargetDesc, cores: int) -> list[OrderChoice]:
+def choose_orders(chains: list[Chain], target: Target, cores: int) -> list[OrderChoice]:
     return [choose_order(c, target, cores) for c in chains]
 
 

@@ -4,7 +4,6 @@ a sum of independent kernel terms, so the best plan is the best candidate of eac
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import time
@@ -15,11 +14,9 @@ import numpy as np
 from ..backend.profile import Profile
 from ..cost.model import memory_bound, option_speedup, other_dispatches, overheads
 from .chains import plan_orders
-from ..space.gpu import INTRINSICS, GpuSpace, intrinsic
 from ..space.kernels import Kernel, in_layout
 from ..space.options import ModuleOptions
 from ..targets import Target
-from ..targets.gpu import GpuCodegen
 
 
 @dataclass(frozen=True)
@@ -105,7 +102,8 @@ class SearchReport:
                         for o in self.ranked],
             "kernels": [{"op": c.kernel.op_id, "domain": c.kernel.domain, "roles": c.kernel.roles,
                          "candidates": len(c.space), "best": c.space.config(c.best).__repr__(),
-                         "predicted_s": c.predicted[0], "default_predicted_s": c.default_prediction(),
+                         "predicted_s": _finite(c.predicted[0]),
+                         "default_predicted_s": _finite(c.default_prediction()),
                          "precision": c.precision}
                         for c in self.choices],
             "measured_s": self.measured,
@@ -125,7 +123,7 @@ class SearchReport:
             shown = ", ".join(f"{name} {t * 1e3:.4f} ms" for name, t in self.rewrites.items())
             lines.append(f"  batch expansion: {shown}; taken: {list(self.expand) or 'no'}")
         for c in self.choices:
-            # a twin never runs IREE's own config (`rank_twin`): there is no default to compare
+            # a twin never runs IREE's own config (`rank_tiles`): there is no default to compare
             against = (f"vs IREE default {c.default_prediction() * 1e6:.1f} us" if c.precision == "f32"
                        else f"{c.precision} inputs, f32 accumulation, casts included")
             lines.append(f"  kernel op {c.kernel.op_id} {'x'.join(map(str, c.kernel.domain))} "
@@ -143,66 +141,40 @@ class SearchReport:
         return json.dumps(self.to_dict(), indent=2, default=str)
 
 
+def _finite(seconds: float) -> float | None:
+    """None for a prediction that is not a number of seconds (a twin's IREE default is never
+    run: infinite), so that the report is standard JSON (null, not `inf`)."""
+    return seconds if math.isfinite(seconds) else None
+
+
 def rank_tiles(kernel: Kernel, space, target: Target, cores: int, default: tuple[int, ...],
-               top_k: int) -> KernelChoice:
-    """The kernel's top-k candidates by the target's model, IREE's default (row 0) among them."""
-    times = target.codegen.predict(kernel, space.candidates, target.desc, cores, default)
+               top_k: int, precision: str = "f32", casts: float = 0.0) -> KernelChoice:
+    """The kernel's top-k candidates by the target's model, IREE's default (row 0) among them.
+
+    For a low-precision twin (`precision` its input type) every candidate also pays its casts
+    (`casts` seconds), and row 0 is never taken: IREE's own config for the twin is unknown
+    before IREE has seen the twin (the profile is of the f32 program), so the twin runs only
+    with a config of its own."""
+    times = target.codegen.predict(kernel, space.candidates, target.desc, cores, default) + casts
+    if precision != "f32":
+        times[0] = np.inf
     order = np.argsort(times, kind="stable")
     keep = [int(i) for i in order[:top_k]]
     if 0 not in keep:
         keep.append(0)  # IREE's default always stays in the running
-    return KernelChoice(kernel, space, tuple(keep), tuple(float(times[i]) for i in keep))
+    return KernelChoice(kernel, space, tuple(keep), tuple(float(times[i]) for i in keep), precision)
 
 
-def low_precision_space(kernel: Kernel, target: Target, dtype: str):
-    """The space of a kernel's low-precision twin (`dtype` inputs, f32 accumulation), or None
-    where the target has nothing to gain from it.
-
-    GPU: the kernel with 2-byte elements, so the space offers MMA intrinsics; the space module
-    pairs an intrinsic with kernels that accumulate in their input type (f16 in, f16 out), so
-    each intrinsic row is re-pointed to the intrinsic of the same family and shape that takes
-    `dtype` and accumulates in f32 (NV_MMA_SYNC_F16_16x8x16_F16 -> NV_MMA_SYNC_F32_16x8x16_BF16),
-    and rows with no such intrinsic on the target are dropped (ROCm lists no f16-accumulating
-    MFMA: its twin keeps SIMT rows only). CPU: none. On this host (AVX-512 with AVX512-BF16 and
-    AMX) IREE 3.13's CPU codegen runs a 256x256x256 matmul with bf16 inputs and f32
-    accumulation 2.4x slower than in f32 (518 us vs 215 us, local-sync; 319 us with data tiling
-    and micro-kernels), so there is no twin worth scoring."""
-    codegen = target.codegen
-    if not isinstance(codegen, GpuCodegen):
+def low_precision_twin(kernel: Kernel, target: Target, dtype: str):
+    """(twin kernel, its space) for the kernel's low-precision twin (`dtype` inputs, f32
+    accumulation), or None where the target's codegen offers none (`Codegen.low_precision`,
+    optional: the host's has none) or the twin's space has no config of its own."""
+    offer = getattr(target.codegen, "low_precision", None)
+    twin = offer(kernel, dtype) if offer is not None else None
+    if twin is None:
         return None
-    twin = dataclasses.replace(kernel, element_bytes=2)
-    space = codegen.space(twin)
-    offered = set(codegen.gpu.intrinsics)
-    remap = np.zeros(len(INTRINSICS) + 1, dtype=np.int64)  # mma column -> new value (0: drop)
-    for i, name in enumerate(INTRINSICS):
-        parsed = intrinsic(name)
-        if parsed is None:
-            continue
-        wanted = (parsed[0], "f32", *parsed[2:5], dtype)
-        remap[i + 1] = next((j + 1 for j, other in enumerate(INTRINSICS)
-                             if other in offered and intrinsic(other) == wanted), 0)
-    rows = space.candidates.copy()
-    mma = rows[:, 1]
-    keep = (mma == 0) | (remap[mma] > 0)
-    rows[:, 1] = np.where(mma > 0, remap[mma], 0)
-    rows = rows[keep]
-    if len(rows) <= 1:  # IREE's default only
-        return None
-    return GpuSpace(twin, codegen.gpu, rows)
-
-
-def rank_twin(kernel: Kernel, space, target: Target, cores: int, default: tuple[int, ...],
-              dtype: str, cast_seconds: float, top_k: int) -> KernelChoice:
-    """Like `rank_tiles`, for a low-precision twin, its casts' time added to every candidate.
-    Row 0 is never taken: IREE's own config for the twin is unknown before IREE has seen the
-    twin (the profile is of the f32 program), so the twin runs only with a config of its own."""
-    times = target.codegen.predict(kernel, space.candidates, target.desc, cores, default) + cast_seconds
-    times[0] = np.inf
-    order = np.argsort(times, kind="stable")
-    keep = [int(i) for i in order[:top_k]]
-    if 0 not in keep:
-        keep.append(0)
-    return KernelChoice(kernel, space, tuple(keep), tuple(float(times[i]) for i in keep), dtype)
+    space = target.codegen.space(twin)
+    return (twin, space) if len(space) > 1 else None  # row 0 alone: `rank_tiles` never takes it
 
 
 def cast_seconds(inputs: tuple[tuple[int, bool], ...], target: Target) -> float:
@@ -250,7 +222,7 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
     kernels, defaults = as_compiled(kernels, profiles[()], target)
     spaces = [target.codegen.space(k) for k in kernels]
     castable = castable or {}
-    twins = [low_precision_space(k, target, precision)
+    twins = [low_precision_twin(k, target, precision)
              if precision != "f32" and k.op_id in castable else None for k in kernels]
     desc = target.desc
     by_cores: dict[int, list[KernelChoice]] = {}
@@ -263,9 +235,10 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
         for i, (k, twin, d) in enumerate(zip(kernels, twins, defaults)):
             if twin is None:
                 continue
-            low = rank_twin(twin.kernel, twin, target, cores, d, precision,
-                            cast_seconds(castable[k.op_id], target), top_k)
-            report.scored += len(twin)
+            twin_kernel, twin_space = twin
+            low = rank_tiles(twin_kernel, twin_space, target, cores, d, top_k, precision,
+                             cast_seconds(castable[k.op_id], target))
+            report.scored += len(twin_space)
             if low.predicted[0] < mixed[cores][i].predicted[0]:
                 mixed[cores][i] = low
     rests: dict[tuple, float] = {}
@@ -288,7 +261,7 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
     report.ranked.sort(key=lambda o: o.predicted)
     tiled = sum(o.keeps_tiles for o in options)
     report.space_size_log10 = math.log10(
-        tiled * math.prod(len(s) + (len(t) if t else 0) for s, t in zip(spaces, twins))
+        tiled * math.prod(len(s) + (len(t[1]) if t else 0) for s, t in zip(spaces, twins))
         + len(options) - tiled)
     report.seconds = time.perf_counter() - start
     return report

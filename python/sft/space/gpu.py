@@ -15,9 +15,10 @@ and scored at once with numpy; row 0 is all zeros: IREE's own config (no compila
 
 The rules in `legal` are IREE's own constraints (what `--iree-codegen-emit-pipeline-constraints`
 emits for TileAndFuse and VectorDistribute, see backend/constraints.py) plus those its verifier
-cannot check and that compiles showed: an intrinsic must accumulate in the kernel's own type
-(an f32-accumulating intrinsic on an f16 result fails in both LLVMGPU pipelines), NV_WMMA fails
-to compile, the thread count must match the subgroups the tiles imply.
+cannot check and that compiles showed: an intrinsic must accumulate in the kernel's result type
+and take its input type (an f32-accumulating intrinsic on an f16 result fails in both LLVMGPU
+pipelines; a kernel of bf16 inputs with an f32 result takes the F32_..._BF16 ones), NV_WMMA
+fails to compile, the thread count must match the subgroups the tiles imply.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ TF_MMA, TF_SIMT, VECTOR_DISTRIBUTE, COOP_MATRIX, SPIRV_SIMT = 1, 2, 3, 4, 5
 PIPELINE_NAMES = {TF_MMA: "TileAndFuse", TF_SIMT: "TileAndFuse", VECTOR_DISTRIBUTE: "VectorDistribute",
                   COOP_MATRIX: "CooperativeMatrixVectorize", SPIRV_SIMT: "MatmulPromoteVectorize"}
 SPIRV_PIPELINES = ("CooperativeMatrixVectorize", "MatmulPromoteVectorize")
-DTYPES = {2: "f16", 4: "f32", 8: "f64"}  # a Kernel records bytes only: 2 bytes is taken as f16
+DTYPES = {2: "f16", 4: "f32", 8: "f64"}  # a result's type by its bytes: 2 bytes is taken as f16
 
 # Every intrinsic the four targets' `#iree_gpu.target` lists name (IREE 3.13), in a fixed order:
 # a candidate's `mma` column indexes it. Names that are not ACC_MxNxK_IN (multi-block MFMAs,
@@ -81,18 +82,28 @@ def _shape_table() -> np.ndarray:
 MMA_SHAPES = _shape_table()
 
 
+def kernel_types(kernel: Kernel) -> tuple[str, str]:
+    """(result/accumulator type, input type) of a kernel, as intrinsic names spell them."""
+    result = DTYPES.get(kernel.element_bytes, "")
+    return result, kernel.input_type or result
+
+
 def usable_intrinsics(kernel: Kernel, gpu: "GpuDesc") -> np.ndarray:
-    """Mask over `mma` column values: intrinsics the target offers that take and accumulate in
-    the kernel's element type, of a family the target's pipelines compile (LLVMGPU: mma.sync and
-    MFMA; NV_WMMA fails in 3.13 with "'tensor.expand_shape' op expected dimension 2 ...";
-    Vulkan: the WMMA cooperative matrices)."""
-    dtype = DTYPES.get(kernel.element_bytes, "")
+    """Mask over `mma` column values: intrinsics the target offers that accumulate in the
+    kernel's result type and take its input type, of a family the target's pipelines compile
+    (LLVMGPU: mma.sync and MFMA; NV_WMMA fails in 3.13 with "'tensor.expand_shape' op expected
+    dimension 2 ..."; Vulkan: the WMMA cooperative matrices, but none of bf16 inputs: SPIR-V's
+    loads fail on them, "'gpu.subgroup_mma_load_matrix' op operand #0 must be memref of ...
+    16-bit float ...")."""
+    result, inputs = kernel_types(kernel)
     families = ("WMMAR3", "WMMAR4") if gpu.api == "vulkan" else ("NV_MMA_SYNC", "MFMA")
+    if gpu.api == "vulkan" and inputs == "bf16":
+        families = ()
     mask = np.zeros(len(INTRINSICS) + 1, dtype=bool)
     for i, name in enumerate(INTRINSICS):
         parsed = intrinsic(name)
         mask[i + 1] = (name in gpu.intrinsics and parsed is not None and parsed[0] in families
-                       and parsed[1] == parsed[5] == dtype)
+                       and (parsed[1], parsed[5]) == (result, inputs))
     return mask
 
 
@@ -112,13 +123,13 @@ def derived(c: np.ndarray) -> dict[str, np.ndarray]:
 
 def shared_bytes(kernel: Kernel, c: np.ndarray) -> np.ndarray:
     """Workgroup memory of the promoted A and B tiles: IREE's own formula for the LLVMGPU
-    pipelines (bytes x (wg_m + wg_n) x k; their prefetch keeps the next step in registers, so
+    pipelines (input bytes x (wg_m + wg_n) x k; their prefetch keeps the next step in registers, so
     stages do not multiply it: a 64 KiB-exact config compiles on gfx942, 128 KiB does not); the
     SPIR-V pipelines multi-buffer, pipeline_depth + 1 copies (what IREE's "uses N bytes of
     shared memory" error counts: 3 x 24 KiB at depth 2, 2 x 32 KiB fits at depth 1)."""
     p, wg_m, wg_n, k, stages, promote = c[:, 0], c[:, 2], c[:, 3], c[:, 4], c[:, 8], c[:, 9]
     copies = np.where(np.isin(p, (COOP_MATRIX, SPIRV_SIMT)), stages + 1, 1)
-    return promote * (wg_m + wg_n) * k * kernel.element_bytes * copies
+    return promote * (wg_m + wg_n) * k * kernel.operand_bytes * copies
 
 
 def legal(kernel: Kernel, c: np.ndarray, gpu: "GpuDesc") -> np.ndarray:

@@ -13,18 +13,25 @@ from ..passes import indexing as ix
 from ..passes.common import element_bytes, functions, map_list, ops_of
 
 
+INPUT_BYTES = {"bf16": 2, "f16": 2}  # the input types a Kernel names (`Kernel.input_type`)
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One contraction: its loop extents and the role of each loop.
 
     roles: per loop, "m" (rows of the result), "n" (result columns, the contiguous dim), "k"
-    (summed), or "b" (any other parallel loop: batch, tiled by 1)."""
+    (summed), or "b" (any other parallel loop: batch, tiled by 1). element_bytes is the result's
+    (and accumulator's) width; input_type names the inputs' type where it is not the result's:
+    "bf16" or "f16" for a low-precision twin, which accumulates in its f32 result. Two bytes
+    alone cannot tell bf16 from f16, and the GPU intrinsics differ."""
 
     op_id: int
     domain: tuple[int, ...]
     roles: tuple[str, ...]
     element_bytes: int
     maps: tuple[str, ...]
+    input_type: str = ""               # "": the inputs are of the result's type
 
     def extent(self, role: str) -> int:
         """The product of the loop extents with this role (1 when none has it)."""
@@ -40,6 +47,11 @@ class Kernel:
     batch = property(lambda self: self.extent("b"))
 
     @property
+    def operand_bytes(self) -> int:
+        """Bytes per element of the inputs A and B."""
+        return INPUT_BYTES[self.input_type] if self.input_type else self.element_bytes
+
+    @property
     def b_transposed(self) -> bool:
         """The second operand is contiguous along k rather than n: a register block of B
         vectors along n needs a transpose."""
@@ -49,6 +61,8 @@ class Kernel:
     def key(self) -> str:
         """Canonical hash of what the kernel computes (ops, shapes, dtypes), for the tuning DB."""
         text = f"contract|{self.domain}|{self.roles}|{self.element_bytes}|{self.maps}"
+        if self.input_type:  # appended only when set: kernels of one type keep their old keys
+            text += f"|in={self.input_type}"
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

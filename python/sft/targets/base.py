@@ -37,6 +37,12 @@ class Codegen(Protocol):
                 default: tuple) -> np.ndarray:
         """Predicted seconds per candidate row on `cores` cores (row of zeros: `default`)."""
 
+    def low_precision(self, kernel: Kernel, dtype: str) -> Kernel | None:
+        """Optional. The kernel's low-precision twin (`dtype` inputs, "bf16" or "f16",
+        accumulating in its f32 result: `Kernel.input_type`) for `space` and `predict` to
+        score, or None where this codegen does not offer one. A codegen without the method
+        offers none (the host's: IREE 3.13's bf16 CPU code measured slower than its f32)."""
+
 
 @dataclass(frozen=True)
 class Target:

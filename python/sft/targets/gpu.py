@@ -4,14 +4,14 @@ intrinsics, ranked by the model of `cost/gpu.py`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..cost.gpu import GpuDesc, default_row, predict
 from ..cost.hardware import TargetDesc
 from ..space.gpu import GpuSpace, gpu_space
-from ..space.kernels import Kernel
+from ..space.kernels import INPUT_BYTES, Kernel
 
 
 @dataclass(frozen=True)
@@ -29,3 +29,11 @@ class GpuCodegen:
         # A GPU runs every workgroup of a kernel on its own CUs: `cores` (the CPU's serial
         # option) does not apply.
         return predict(kernel, candidates, self.gpu, np.array(default, dtype=np.int64))
+
+    def low_precision(self, kernel: Kernel, dtype: str) -> Kernel | None:
+        """The kernel with `dtype` inputs accumulating in its f32 result: its space offers the
+        intrinsics that take `dtype` and accumulate in f32 (and SIMT), its model reads the
+        inputs at 2 bytes and keeps the accumulators and the result at 4."""
+        if kernel.element_bytes != 4 or kernel.input_type or dtype not in INPUT_BYTES:
+            return None
+        return replace(kernel, input_type=dtype)

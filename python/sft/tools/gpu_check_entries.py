@@ -30,8 +30,6 @@ from ..space.options import ModuleOptions
 from ..values import NP_TYPES, to_numpy
 
 TOP_OPTIONS, TOP_K = 4, 3  # as sft's verify: option sets and configs per kernel
-# The bf16 GEMM's peak rate, dense, by the vendors' datasheets (H100/H200 SXM, A100 SXM).
-PEAK_BF16 = {"cuda:sm_90": 989e12, "cuda:sm_80": 312e12, "rocm:gfx942": 1307e12}
 # Config fields as the run's table shows them.
 _SHORT = {"distribution": "dist", "vector_common_parallel": "vec", "vector_reduction": "red",
           "workgroup": "wg", "reduction": "red", "subgroup": "sub", "workgroup_size": "wgsize",
@@ -327,8 +325,11 @@ def gemm_text(n: int, config=None) -> str:
 def gemm_entry(n: int, target, store: Store, progress) -> dict:
     """The bf16 GEMM: IREE's default, sft's search="model" plan, and the configs the target's
     cost model ranks best for it (none where the target's kernel configs are not searched)."""
+    # The dense bf16 peak of the target's GPU description (None off a GPU, or without bf16).
+    gpu = getattr(target.codegen, "gpu", None)
+    peak = gpu.mma_peak("bf16") if gpu is not None else 0.0
     entry = {"n": n, "dtype": "bfloat16", "accumulate": "float32", "entry": "main",
-             "seed": 4096, "flops": 2 * n ** 3, "peak_flops": PEAK_BF16.get(target.name),
+             "seed": 4096, "flops": 2 * n ** 3, "peak_flops": peak or None,
              "variants": [], "failures": [], "notes": []}
     default = compile_module(gemm_text(n), target)
     entry["variants"].append({"name": "iree-default", "role": "iree-default", "config": None,
@@ -350,10 +351,12 @@ def gemm_entry(n: int, target, store: Store, progress) -> dict:
         entry["notes"].append(f"{target.name}: kernel configs not searched; IREE's own only")
         progress(f"  gemm {n}^3 bf16: {len(entry['variants'])} variants (no searched configs)")
         return entry
-    # The target's space and model on the GEMM stated as a kernel of sft's (an f32 result):
-    # its top configs, imposed on the matmul.
+    # The target's space and model on the GEMM stated as a kernel of sft's (bf16 inputs, an
+    # f32 result, so that a GPU's space offers its bf16 intrinsics): its top configs, imposed
+    # on the matmul.
     kernel = Kernel(0, (n, n, n), ("m", "n", "k"), 4,
-                    ("(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d2, d1)", "(d0, d1, d2) -> (d0, d1)"))
+                    ("(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d2, d1)", "(d0, d1, d2) -> (d0, d1)"),
+                    input_type="bf16")
     try:
         dispatch = profile(gemm_text(n), target).contraction((n, n, n))
         space = target.codegen.space(kernel)
