@@ -48,6 +48,13 @@ class KernelQuality:
         """Measured time of the predicted best over the measured best (1.0 is perfect)."""
         return self.measured[int(np.argmin(self.predicted))] / min(self.measured)
 
+    def versus_default(self) -> float:
+        """Measured time of the predicted best over IREE's default (candidate 0; below 1: the
+        model's pick beats IREE's own); nan where the default was not timed."""
+        if 0 not in self.indices:
+            return float("nan")
+        return self.measured[int(np.argmin(self.predicted))] / self.measured[self.indices.index(0)]
+
 
 def sample_candidates(kernel: Kernel, target, default, count: int, top: int = 5, seed: int = 0):
     """(space, indices, predicted seconds) on one core of `target`: the model's top `top`,
@@ -63,9 +70,13 @@ def sample_candidates(kernel: Kernel, target, default, count: int, top: int = 5,
 
 
 def summarize(results: list[KernelQuality]) -> dict:
+    """The metrics over all kernels: pairwise accuracy over every kernel's counted pairs, the
+    means of Spearman and recall, and geomean and max of the regret and of the predicted
+    best's time over IREE's default."""
     good = sum(r.pairs()[0] for r in results)
     total = sum(r.pairs()[1] for r in results)
     regrets = [r.regret() for r in results]
+    versus = [v for v in (r.versus_default() for r in results) if np.isfinite(v)]
     return {
         "kernels": len(results),
         "candidates": sum(len(r.indices) for r in results),
@@ -76,5 +87,8 @@ def summarize(results: list[KernelQuality]) -> dict:
         "top5_recall": float(np.mean([r.recall(5) for r in results])),
         "regret_geomean": float(np.exp(np.mean(np.log(regrets)))),
         "regret_max": float(max(regrets)),
+        # The predicted best against IREE's default, measured: what `search="model"` gains.
+        "vs_default_geomean": float(np.exp(np.mean(np.log(versus)))) if versus else float("nan"),
+        "vs_default_max": float(max(versus)) if versus else float("nan"),
     }
 

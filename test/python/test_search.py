@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import sft
-from sft.cost.model import predict
+from sft.cost.model import IREE_DEFAULT, predict
 from sft.cost.hardware import TargetDesc
 from sft.models import SUITE
 from sft.backend.profile import Dispatch, Profile
@@ -33,12 +33,14 @@ def _everywhere(profile):
 
 
 def test_cost_model_hand_computed():
-    # One 64x64 workgroup, 8x16 register block, reduction step 1:
-    #   FMA/load reuse 8*1/(8+1), so compute = 2*64^3 / (1e9 * 8/9);
-    #   traffic 49152 B from L2 at 1e10 and DRAM at 1e9 (below compute);
-    #   loop: 8 * 4 * 64 steps * 2 cycles at 3 GHz.
+    # One 64x64 workgroup, 8x16 register blocks (one vector of B), reduction step 1, the kernel
+    # model's default constants; a cycle is 2 FMA/cycle * 16 lanes * 2 / 1e9 FLOP/s = 64 ns.
+    #   per k: FMA port 8/2 = 4 cycles, load port (8 broadcasts + 1 vector of B)/2 = 4.5, no
+    #   shuffles, no spill (8 + 1 + 1 live of 32); the busiest port 4.5 plus half the others'
+    #   4: 6.5 cycles, above the FMA latency (4); 32 blocks * 64 k * (6.5 + 0.5 loop) cycles.
+    #   L2: 3 panels of 16 KiB at 32 B/cycle = 1536 cycles, under compute: half of it exposed.
     t = predict(MATMUL, np.array([[64, 64, 8, 16, 1]]), SIMPLE)[0]
-    expected = 2 * 64**3 / (1e9 * 8 / 9) + 8 * 4 * 64 * 2 / 3e9
+    expected = (32 * 64 * (6.5 + 0.5) + 0.5 * 3 * 16384 / 32) * 2 * 2 * 16 / 1e9
     assert t == pytest.approx(expected, rel=1e-9)
 
 
@@ -67,7 +69,10 @@ def test_search_finds_the_brute_force_optimum():
     profile = Profile((Dispatch(0, "batch_matmul_4x16x32x16_f32", small.domain, 0, None),), 1)
     report = search_program([small], _everywhere(profile), HOST_TARGET, [ModuleOptions()], top_k=3)
     choice = report.choices[0]
-    brute = [predict(small, choice.space.candidates[i:i + 1], HOST)[0] for i in range(len(choice.space))]
+    # The search ranks by the target's codegen (on a host never calibrated, as in the tests,
+    # IREE's default is favoured by UNCALIBRATED_MARGIN): so does the brute force.
+    brute = [HOST_TARGET.codegen.predict(small, choice.space.candidates[i:i + 1], HOST, HOST.cores,
+                                         IREE_DEFAULT)[0] for i in range(len(choice.space))]
     assert choice.best == int(np.argmin(brute))
     assert report.scored == len(choice.space) and 0 in choice.ranked
     assert report.space_size_log10 == pytest.approx(np.log10(len(choice.space)))
@@ -186,8 +191,15 @@ def test_kernels_take_the_layout_iree_compiles():
     assert in_layout(k, ("(d0, d1, d2) -> (d0, d1)",) * 3) == k  # other loops: kept as it is
     cands = np.array([[8, 16, 1, 16, 4], [8, 16, 8, 16, 4]])
     plain, transposed = predict(k, cands, SIMPLE), predict(t, cands, SIMPLE)
-    assert transposed[0] > plain[0]  # one row per block pays the whole transpose
-    assert transposed[0] / plain[0] > transposed[1] / plain[1]
+    assert transposed[0] > plain[0] and transposed[1] > plain[1]  # the transpose costs both
+    # Per k, a 1-row block is latency-bound plain (4 cycles) and shuffle-bound transposed (4
+    # shuffles + half of 1 load cycle and 0.5 FMA cycle = 4.75); an 8-row one goes from 4.5 +
+    # 0.5 * 4 = 6.5 to 4.5 + 0.5 * (4 + 4) = 8.5: the shuffles hide under a latency-bound
+    # block's chain, and add to an FMA-bound one's ports. With 8 (1-row) or 1 (8-row) blocks
+    # of 32 k and 8 steps of 0.5 cycles, and half of the L2 traffic exposed (3584 B at 32 B a
+    # cycle, halved: 56 cycles):
+    assert transposed[0] / plain[0] == pytest.approx((8 * (32 * 4.75 + 4) + 56) / (8 * (32 * 4 + 4) + 56))
+    assert transposed[1] / plain[1] == pytest.approx((32 * 8.5 + 4 + 56) / (32 * 6.5 + 4 + 56))
 
 
 def test_verify_keeps_the_default_unless_the_gain_is_beyond_noise():

@@ -1,11 +1,70 @@
 """A hardware description as data: what the cost model's program-level terms (overheads,
-bandwidths, FLOP rates, parallelism) need to know about a target. Each target's own numbers
-live with the target (`sft/targets/`)."""
+bandwidths, FLOP rates, parallelism) need to know about a target, and, for a CPU, the constants
+of its kernel model (`CpuModelParams`). Each target's own numbers live with the target
+(`sft/targets/`)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class CpuModelParams:
+    """The machine constants of the CPU kernel model (`cost/model.py: predict`), per core, in
+    cycles and vector registers. The model's structure comes from the vector ISA (lanes,
+    registers: `TargetDesc.simd_f32`, `vector_registers`) and from how IREE 3.13 and LLVM lower
+    a register block (read in their assembly); these numbers come from the machine: `for_isa`
+    gives defaults from the vector width alone, `sft-calibrate` fits those named in `FITTED`.
+
+    A cycle lasts `TargetDesc.cycle_seconds`: the FLOP rate over what the FMA ports issue."""
+
+    fma_per_cycle: float = 2.0       # vector FMAs issued per cycle (the FLOP rate's unit)
+    loads_per_cycle: float = 2.0     # vector loads and broadcasts issued per cycle
+    shuffles_per_cycle: float = 1.0  # vector shuffles issued per cycle
+    # Share of a shuffle that takes an FMA slot: 1 where shuffles issue on an FMA port
+    # (512-bit vectors on Intel: port 5), 0 where they have a port of their own.
+    shuffle_fma_share: float = 0.0
+    # How well the FMA, load and shuffle ports work at once: a k costs its busiest port's cycles
+    # plus (1 - this) of the other ports' (1: perfect overlap, the busiest port alone).
+    issue_overlap: float = 0.5
+    # Cycles from one FMA to the next on the same accumulator: every accumulator is updated
+    # once per k, so a block of few accumulators waits on this rather than on the ports.
+    fma_latency: float = 4.0
+    # Shuffles per B vector per k when B is contiguous along k (its vn x vk tiles transposed in
+    # registers): this many times log2(lanes) stages for a tile of at most one vector each way
+    # ... and `irregular_transpose` times as many for any other tile (LLVM's generic shuffle
+    # lowering: 2.6x to 3x the shuffles in the assembly, on AVX2 and AVX-512; a fact of the
+    # code generator, not of the machine, so not fitted).
+    transpose_cost: float = 1.0
+    irregular_transpose: float = 3.0
+    # Memory operations for each vector register a block needs beyond the architectural ones:
+    # per k for spilled accumulators, per reduction step for a transpose's spilled rows
+    # (LLVM's spills: 3 to 5 per register per k in the assembly, about 10 per step).
+    spill_ops: float = 6.0
+    # A distribution tile that does not divide its extent leaves a partial workgroup, and IREE
+    # then compiles every workgroup's loops for dynamic sizes: each FMA comes with this many
+    # more vector ops (blends and permutes in the assembly), and a blend on the accumulator's
+    # chain adds a cycle to its latency.
+    partial_tile_ops: float = 3.0
+    step_cycles: float = 0.5         # loop overhead per unrolled reduction step of a block
+    l2_bytes_per_cycle: float = 32.0  # panels read again from L2 into L1
+    # How much of the shorter of compute and memory time hides under the longer (1: all of it).
+    overlap: float = 0.5
+
+    # What `sft-calibrate` fits, with `TargetDesc.peak_flops_f32` and `workgroup_overhead`. The
+    # issue rates stay as the ISA says: they set the model's shape, the fit its scale.
+    FITTED = ("issue_overlap", "fma_latency", "transpose_cost", "spill_ops", "partial_tile_ops",
+              "step_cycles", "l2_bytes_per_cycle", "overlap")
+
+    @staticmethod
+    def for_isa(vector_bytes: int) -> "CpuModelParams":
+        """Defaults from the vector width: 512-bit shuffles share an FMA port (Intel's port 5)
+        and L2 feeds a 64-byte line per cycle; narrower vectors shuffle on a port of their own
+        and L2 is assumed to feed half a line."""
+        wide = vector_bytes >= 64
+        return CpuModelParams(shuffle_fma_share=1.0 if wide else 0.0,
+                              l2_bytes_per_cycle=64.0 if wide else 32.0)
 
 
 @dataclass(frozen=True)
@@ -18,7 +77,7 @@ class TargetDesc:
     l1_bytes: int                # per core (GPU: shared memory per SM/CU)
     l2_bytes: int                # per core (GPU: whole chip)
     l1_bandwidth: float          # bytes/s per core
-    l2_bandwidth: float          # bytes/s per core
+    l2_bandwidth: float          # bytes/s per core (streamed: what a copy measures)
     dram_bandwidth: float        # bytes/s, whole chip
     dispatch_overhead: float     # seconds per dispatch
     workgroup_overhead: float    # seconds per workgroup (tile) scheduled
@@ -28,15 +87,25 @@ class TargetDesc:
     serial_invoke_overhead: float = 0.0
     serial_dispatch_overhead: float = 0.0
     parallel_efficiency: float = 1.0      # speed-up per extra core actually obtained (0..1)
-    # Shuffles per element-vector per stage when a register tile is transposed (CPU).
-    transpose_cost: float = 1.0
-    # How much of the shorter of compute and memory time hides under the longer (1: all of it).
-    overlap: float = 1.0
     # Contraction speed relative to IREE's default codegen under backend options (measured by
     # `sft-calibrate` on the host; 1.0 where unknown).
     data_tiling_speedup: float = 1.0
     ukernel_speedup: float = 1.0
     data_tiling_ukernel_speedup: float = 1.0
+    # CPU: the kernel model's constants (ISA defaults unless fitted by `sft-calibrate`).
+    cpu: CpuModelParams = field(default_factory=CpuModelParams)
+
+    @property
+    def cycle_seconds(self) -> float:
+        """Seconds per cycle of one core as the CPU kernel model counts them."""
+        return 2.0 * self.cpu.fma_per_cycle * self.simd_f32 / self.peak_flops_f32
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_dict(data: dict) -> "TargetDesc":
+        """The description `asdict` / `to_json` wrote (its `cpu` record included)."""
+        data = dict(data)
+        cpu = data.pop("cpu", None)
+        return TargetDesc(**data, cpu=CpuModelParams(**cpu) if cpu is not None else CpuModelParams())

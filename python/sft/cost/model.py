@@ -2,11 +2,15 @@
 candidates of its contraction kernels.
 
 Everything is numpy over the candidate array, so scoring costs well under a microsecond per
-candidate. Per kernel: compute time at the achievable FLOP rate (cores actually busy given the
-workgroup count and wave quantisation, SIMD lanes actually used, register-block reuse), data
-traffic from DRAM and from L2 derived from the tile footprints, per-workgroup overhead. Per
-program: the kernels, the other dispatches (memory-bound: their bytes over the bandwidth of
-where they live), per-dispatch and per-call overheads of the driver that runs them.
+candidate. Per kernel (CPU): the cycles of each register block's reduction steps, from the
+vector ISA's structure (lanes, registers: what a block issues on the FMA, load and shuffle
+ports, the accumulator chain's latency, the registers it spills, the transposes of a B
+contiguous along k, masked code for partial tiles) and the machine constants of
+`TargetDesc.cpu` (ISA defaults, or fitted by `sft-calibrate`); cores actually busy given the
+workgroup count and wave quantisation; data traffic from DRAM and from L2 derived from the tile
+footprints; per-workgroup overhead. Per program: the kernels, the other dispatches
+(memory-bound: their bytes over the bandwidth of where they live), per-dispatch and per-call
+overheads of the driver that runs them.
 """
 
 from __future__ import annotations
@@ -53,8 +57,14 @@ def default_candidate(kernel: Kernel, dispatch: Dispatch | None) -> tuple[int, .
 def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: int | None = None,
             default: tuple[int, ...] = IREE_DEFAULT) -> np.ndarray:
     """Seconds of work for each candidate row (dm, dn, vm, vn, vk) on `cores` cores (the
-    target's by default); an all-zero row is IREE's default, scored as `default`."""
+    target's by default); an all-zero row is IREE's default, scored as `default`.
+
+    A vm x vn register block costs per k the cycles of its busiest issue port (FMAs, loads:
+    broadcasts of A, vectors of B and spill traffic, or shuffles: the register transpose of a B
+    contiguous along k) plus what the other ports do not hide, and never less than the FMA
+    latency (each accumulator is updated once per k); the constants are `target.cpu`'s."""
     cores = target.cores if cores is None else cores
+    p = target.cpu
     c = candidates.astype(np.float64)
     is_default = np.all(candidates == 0, axis=1)
     if is_default.any():
@@ -63,6 +73,7 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: i
     dm, dn, vm, vn, vk = c.T
     m, n, k, b = float(kernel.m), float(kernel.n), float(kernel.k), float(kernel.batch)
     nbytes = kernel.element_bytes
+    cycle = target.cycle_seconds
 
     workgroups = b * _ceil_div(m, dm) * _ceil_div(n, dn)
     waves = _ceil_div(workgroups, cores)
@@ -70,21 +81,38 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: i
 
     lanes = target.simd_f32
     vectors_n = _ceil_div(vn, lanes)
-    lane_use = vn / (vectors_n * lanes)
-    # Register block: vm x vectors_n accumulators, plus vk x vectors_n loads of B and the
-    # broadcasts of A that one unrolled reduction step keeps live.
-    live = vm * vectors_n + vk * vectors_n + vm
-    spill = np.where(live > target.vector_registers, live / target.vector_registers, 1.0) ** 2
-    # Two FMAs and two loads issue per cycle: a block needs as many FMAs as loads to stay FMA-bound.
-    # When B is contiguous along k, each vn x vk tile of it is transposed in registers
-    # (log2(lanes) shuffle stages, one shuffle per cycle), amortised over the vm rows of the block.
-    fma_slots = vm * vectors_n
-    load_slots = vm + vectors_n
-    shuffle = (target.transpose_cost * np.log2(lanes) * vectors_n * 2.0) if kernel.b_transposed else 0.0
-    reuse = np.minimum(1.0, fma_slots / np.maximum(load_slots, shuffle))
-    padded = b * (_ceil_div(m, vm) * vm) * (_ceil_div(n, vn) * vn) * k
-    flop_rate = target.peak_flops_f32 * speedup * lane_use * reuse / spill
-    compute = 2.0 * padded / flop_rate
+    accumulators = vm * vectors_n
+    fmas = accumulators
+    loads = vm + vectors_n  # per k: a broadcast of A per row, the row's vectors of B
+    if kernel.b_transposed:
+        # B is read as vn rows of vk along k and transposed in registers: log2(lanes) shuffle
+        # stages per vector of B, and all of the rows live while they are transposed. LLVM
+        # transposes a tile of one vector each way well; any other shape costs several times that.
+        regular = (vn <= lanes) & (vk <= lanes)
+        shuffles = (p.transpose_cost * np.log2(lanes) * vectors_n
+                    * np.where(regular, 1.0, p.irregular_transpose))
+        acc_live = accumulators + 2.0  # with a transposed vector of B and a broadcast of A
+        rows_live = acc_live + vn * _ceil_div(vk, lanes)
+    else:
+        # The accumulators, one k's vectors of B and a broadcast: what LLVM keeps live at least.
+        shuffles = np.zeros_like(vm)
+        acc_live = rows_live = accumulators + vectors_n + 1.0
+    # Registers short: accumulators spill at every k, the rows of a step's transpose once a step.
+    registers = target.vector_registers
+    acc_spilled = np.maximum(acc_live - registers, 0.0)
+    rows_spilled = np.maximum(rows_live - registers, 0.0) - acc_spilled
+    loads = loads + p.spill_ops * (acc_spilled + rows_spilled / vk)
+    # A distribution tile that does not divide its extent: every workgroup runs masked code.
+    partial = ((np.mod(m, dm) != 0) | (np.mod(n, dn) != 0)).astype(np.float64)
+    alu = fmas * (1.0 + partial * p.partial_tile_ops) + p.shuffle_fma_share * shuffles
+    ports = np.stack([alu / p.fma_per_cycle, loads / p.loads_per_cycle, shuffles / p.shuffles_per_cycle])
+    busiest = ports.max(axis=0)
+    per_k = np.maximum(busiest + (1.0 - p.issue_overlap) * (ports.sum(axis=0) - busiest),
+                       p.fma_latency + partial)
+    blocks = b * _ceil_div(m, vm) * _ceil_div(n, vn)
+    steps = _ceil_div(k, vk)
+    cycles = blocks * (k * per_k + steps * p.step_cycles)
+    compute = cycles * cycle / speedup
 
     # L2 -> L1: a workgroup reads its dm x K panel of A and K x dn panel of B; a panel that does
     # not stay in L1 is read again for every register block that walks it (B once per vm rows,
@@ -98,20 +126,17 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: i
         line = 64.0 / nbytes
         strip_fits = vn * k * nbytes <= target.l1_bytes
         b_reads = b_reads * np.where(strip_fits, 1.0, np.maximum(1.0, line / vk))
-    from_l2 = workgroups * (a_panel * a_reads + b_panel * b_reads + dm * dn * nbytes) / (
-        target.l2_bandwidth * speedup)
+    from_l2 = workgroups * (a_panel * a_reads + b_panel * b_reads + dm * dn * nbytes) * cycle / (
+        p.l2_bytes_per_cycle * speedup)
     # DRAM -> L2: every operand once when a workgroup's panels fit in L2, else per workgroup.
     l2_fit = a_panel + b_panel <= target.l2_bytes
     unique = b * (m * k + k * n + m * n) * nbytes
     from_dram = np.where(l2_fit, unique, workgroups * (a_panel + b_panel + dm * dn * nbytes)) / (
         target.dram_bandwidth)
-    # The reduction loop is unrolled vk deep: short steps pay loop overhead per register block.
-    steps = workgroups * _ceil_div(dm, vm) * _ceil_div(dn, vn) * _ceil_div(k, vk)
-    loop = steps * 2.0 / (3e9 * speedup)
 
     memory = np.maximum(from_l2, from_dram)
-    exposed = (1.0 - target.overlap) * np.minimum(compute, memory)
-    return np.maximum(compute, memory) + exposed + loop + waves * target.workgroup_overhead
+    exposed = (1.0 - p.overlap) * np.minimum(compute, memory)
+    return np.maximum(compute, memory) + exposed + waves * target.workgroup_overhead
 
 
 def option_speedup(options: ModuleOptions, target: TargetDesc) -> float:

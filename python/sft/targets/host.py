@@ -2,8 +2,10 @@
 
 Its description is read from the machine: the vector ISA IREE generates code for (`cost/host.py`;
 `SFT_HOST_CPU` names another LLVM CPU model), the cores this process may use and the cache sizes
-(sysfs). Overheads, bandwidths and FLOP rate start from conservative defaults that
-`sft-calibrate` replaces with this machine's measurements (stored in the cache directory).
+(sysfs). Overheads, bandwidths, FLOP rate and the kernel model's constants start from defaults
+derived from the ISA, which `sft-calibrate` replaces with this machine's measurements and fit
+(stored in the cache directory, under the identity of the host it measured: another machine, ISA
+or CPU model sharing the cache folder does not reuse them).
 """
 
 from __future__ import annotations
@@ -11,15 +13,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import warnings
 from pathlib import Path
 
-from ..cost.hardware import TargetDesc
+from ..cost.hardware import CpuModelParams, TargetDesc
 from ..cost.host import host_cores, host_isa, read_caches
-from ..paths import cache_dir
+from ..paths import cache_dir, warn_once
 from ..space.options import SERIAL_DRIVER, cpu_option_space
 from .base import KEEP_F64, Target
-from .cpu import CpuCodegen
+from .cpu import UNCALIBRATED_MARGIN, CpuCodegen
+
+CALIBRATION_FORMAT = 2
+# The FLOP rate before calibration: FMA issue x lanes x 2 at a nominal 3 GHz.
+NOMINAL_CLOCK_HZ = 3.0e9
 
 
 def cpu_model() -> str:
@@ -30,41 +35,119 @@ def cpu_model() -> str:
 
 
 def detected_description() -> TargetDesc:
-    """The host as read from the machine, before any calibration."""
+    """The host as read from the machine, before any calibration: the kernel model's constants
+    from the vector ISA (`CpuModelParams.for_isa`), the rest conservative defaults."""
     isa, caches = host_isa(), read_caches()
+    cpu = CpuModelParams.for_isa(isa.vector_bytes)
     return TargetDesc(
         name=f"host-{isa.name}", cores=host_cores(), simd_f32=isa.lanes_f32,
-        vector_registers=isa.vector_registers, peak_flops_f32=7.5e9 * isa.lanes_f32,
+        vector_registers=isa.vector_registers,
+        peak_flops_f32=2.0 * cpu.fma_per_cycle * isa.lanes_f32 * NOMINAL_CLOCK_HZ,
         l1_bytes=caches.l1_bytes, l2_bytes=caches.l2_bytes,
         l1_bandwidth=200e9, l2_bandwidth=100e9, dram_bandwidth=20e9,
-        dispatch_overhead=4e-6, workgroup_overhead=0.6e-6, invoke_overhead=45e-6,
+        dispatch_overhead=4e-6, workgroup_overhead=0.05e-6, invoke_overhead=45e-6,
         serial_invoke_overhead=2e-6, serial_dispatch_overhead=1e-6, parallel_efficiency=0.5,
-        overlap=0.5)
+        cpu=cpu)
+
+
+def calibration_identity() -> dict:
+    """What a calibration is valid for: the code IREE generates (ISA, CPU model) and the machine
+    the description reads (cores, caches)."""
+    desc, isa = detected_description(), host_isa()
+    return {"isa": isa.name, "cpu_model": cpu_model(), "cores": desc.cores,
+            "l1_bytes": desc.l1_bytes, "l2_bytes": desc.l2_bytes}
+
+
+def _identity_key(identity: dict) -> str:
+    return " ".join(f"{k}={identity[k]}" for k in sorted(identity))
 
 
 def calibration_file() -> Path:
+    """Where `sft-calibrate` stores its calibrations (one per host identity)."""
     return cache_dir() / "host-calibration.json"
 
 
-def calibrated_description() -> TargetDesc:
-    """The detected description with `sft-calibrate`'s measured numbers on top, if any."""
-    desc = detected_description()
+def _read_calibrations() -> dict:
+    """{identity key: stored calibration} from the file; {} where there is none. Raises
+    ValueError (or OSError) where the file is not one sft-calibrate wrote."""
     try:
-        return dataclasses.replace(desc, **json.loads(calibration_file().read_text()))
+        data = json.loads(calibration_file().read_text())
     except FileNotFoundError:
+        return {}
+    if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT \
+            or not isinstance(data.get("hosts"), dict):
+        raise ValueError("not in this sft's format: run sft-calibrate again")
+    return data["hosts"]
+
+
+def store_calibration(calibration: dict) -> None:
+    """Write a calibration ({"identity", "desc", "cpu", "fit"}) beside those of other hosts
+    already in the file (a shared cache folder, another SFT_HOST_CPU)."""
+    try:
+        hosts = _read_calibrations()
+    except (OSError, ValueError):
+        hosts = {}  # an unreadable or older file: replaced
+    hosts[_identity_key(calibration["identity"])] = calibration
+    calibration_file().write_text(json.dumps({"format": CALIBRATION_FORMAT, "hosts": hosts},
+                                             indent=2, sort_keys=True))
+
+
+def apply_calibration(desc: TargetDesc, calibration: dict) -> TargetDesc:
+    """`desc` with a stored calibration's measured fields and kernel model parameters."""
+    cpu = dataclasses.replace(desc.cpu, **calibration.get("cpu", {}))
+    return dataclasses.replace(desc, **calibration.get("desc", {}), cpu=cpu)
+
+
+def this_host_calibration() -> dict | None:
+    """The stored calibration of this host's identity, or None. A file that does not read, or
+    that holds only other hosts' calibrations, is ignored with one warning."""
+    path = calibration_file()
+    try:
+        hosts = _read_calibrations()
+    except (OSError, ValueError) as err:  # unreadable, not JSON, another format
+        warn_once(f"calibration:{path}", f"{path}: ignored, not a valid calibration ({err})")
+        return None
+    key = _identity_key(calibration_identity())
+    if hosts and key not in hosts:
+        warn_once(f"calibration-identity:{path}",
+                  f"{path}: ignored, calibrated for another host or ISA ({'; '.join(sorted(hosts))}), "
+                  f"not {key}: run sft-calibrate on this one")
+    return hosts.get(key)
+
+
+def calibrated_description(found: dict | None = None) -> TargetDesc:
+    """The detected description with `sft-calibrate`'s numbers for this host on top, if any
+    (`found`: this host's calibration, already read)."""
+    desc = detected_description()
+    found = this_host_calibration() if found is None else found
+    if found is None:
         return desc
-    except (OSError, ValueError, TypeError) as err:  # unreadable, not UTF-8, not JSON, bad keys
-        warnings.warn(f"{calibration_file()}: ignored, not a valid calibration ({err})")
+    try:
+        return apply_calibration(desc, found)
+    except (TypeError, AttributeError, ValueError) as err:  # fields this sft does not have
+        warn_once(f"calibration:{calibration_file()}",
+                  f"{calibration_file()}: ignored, not a valid calibration ({err})")
         return desc
+
+
+def calibration_state() -> str:
+    """"calibrated" where this host's calibration is stored, else what the model runs on."""
+    return "calibrated" if this_host_calibration() is not None else "detected defaults (never calibrated)"
 
 
 def host() -> Target:
+    """The host target, with this host's calibration where `sft-calibrate` stored one; where it
+    never ran, the detected description, and tile configs must predict a clear gain
+    (`UNCALIBRATED_MARGIN`) to replace IREE's own."""
     cpu = cpu_model()
+    found = this_host_calibration()
+    desc = calibrated_description(found)
+    margin = 0.0 if desc != detected_description() else UNCALIBRATED_MARGIN
     return Target(
         name="host", about=f"this machine's CPU ({host_isa().name}, llvm-cpu, CPU model {cpu})",
         flags=("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
                f"--iree-llvmcpu-target-cpu={cpu}", KEEP_F64),
-        driver="local-task", desc=calibrated_description(), codegen=CpuCodegen(host_isa()),
+        driver="local-task", desc=desc, codegen=CpuCodegen(host_isa(), margin),
         options=tuple(cpu_option_space()), kernel_driver=SERIAL_DRIVER)
 
 

@@ -1,0 +1,143 @@
+"""The host calibration: the kernel model's fit, the stored calibration and its host identity, the
+ISA-derived model structure, and the tool. No timing here: fitted times come from the model."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from sft import calibrate as cal
+from sft.cost.hardware import CpuModelParams, TargetDesc
+from sft.cost.host import AVX2, AVX512
+from sft.cost.model import predict
+from sft.space.tiles import tile_space
+from sft.targets import host as host_target
+
+
+def _desc(isa) -> TargetDesc:
+    cpu = CpuModelParams.for_isa(isa.vector_bytes)
+    return TargetDesc(name=f"test-{isa.name}", cores=1, simd_f32=isa.lanes_f32,
+                      vector_registers=isa.vector_registers,
+                      peak_flops_f32=2 * cpu.fma_per_cycle * isa.lanes_f32 * 2e9,
+                      l1_bytes=48 << 10, l2_bytes=2 << 20, l1_bandwidth=2e11, l2_bandwidth=5e10,
+                      dram_bandwidth=2e10, dispatch_overhead=0.0, workgroup_overhead=0.5e-6,
+                      serial_invoke_overhead=2e-6, serial_dispatch_overhead=0.2e-6, cpu=cpu)
+
+
+def _synthetic_samples(desc: TargetDesc, isa, count: int = cal.FIT_CANDIDATES) -> list:
+    """The fit's own sample of each fit kernel, timed by the model under `desc`."""
+    samples = []
+    for kernel in cal.FIT_KERNELS:
+        space = tile_space(kernel, isa=isa)
+        rows = space.candidates[cal.sample_indices(len(space), count)[1:]]
+        seconds = predict(kernel, rows, desc, 1) + cal.call_seconds(desc)
+        samples.append(cal.FitSample(kernel, rows, seconds))
+    return samples
+
+
+@pytest.mark.parametrize("isa", [AVX512, AVX2], ids=["avx512", "avx2"])
+def test_the_fit_recovers_parameters_the_times_were_made_with(isa):
+    start = _desc(isa)
+    truth = dataclasses.replace(start, peak_flops_f32=start.peak_flops_f32 * 0.6,
+                                workgroup_overhead=1.5e-6, cpu=dataclasses.replace(
+                                    start.cpu, fma_latency=5.0, step_cycles=6.0, spill_ops=4.0,
+                                    partial_tile_ops=2.0, issue_overlap=0.3))
+    samples = _synthetic_samples(truth, isa, count=40)
+    result = cal.fit_kernel_model(samples, start, prior_weight=0.0)
+    assert result.rms_log_error_before > 0.1
+    assert result.rms_log_error < 0.01        # the times are the model's: it reproduces them
+    assert result.pairwise > 0.99
+    fitted = result.desc
+    assert fitted.peak_flops_f32 == pytest.approx(truth.peak_flops_f32, rel=0.05)
+    for name in ("fma_latency", "step_cycles"):  # what every kernel of the sample depends on
+        assert getattr(fitted.cpu, name) == pytest.approx(getattr(truth.cpu, name), rel=0.1), name
+    # The issue rates are the ISA's, never fitted.
+    assert (fitted.cpu.fma_per_cycle, fitted.cpu.loads_per_cycle) == (start.cpu.fma_per_cycle,
+                                                                      start.cpu.loads_per_cycle)
+    # The calibration's own fit, pulled toward the defaults, still reproduces the times closely.
+    pulled = cal.fit_kernel_model(samples, start)
+    assert pulled.rms_log_error < 0.05 and pulled.pairwise > 0.98
+
+
+def test_the_fit_kernels_are_not_the_suites():
+    """sft-bench quality measures the model on the suite's kernels: none may be a fit kernel.
+    (The suite's contraction shapes, as `sft-bench quality` lists them.)"""
+    suite = {(8, 128, 64), (32, 1024, 256), (32, 256, 1024), (8, 32, 32, 32), (64, 128, 128),
+             (64, 512, 128), (64, 128, 512), (64, 384, 128), (512, 64, 64), (8, 256, 256, 16),
+             (8, 256, 16, 256), (128, 768, 256), (16, 64, 64, 32), (16, 64, 32, 64),
+             (128, 256, 256), (128, 1024, 256)}
+    assert not suite & {k.domain for k in cal.FIT_KERNELS}
+    assert any(k.b_transposed for k in cal.FIT_KERNELS) and not all(k.b_transposed for k in cal.FIT_KERNELS)
+    assert cal.sample_indices(500) == cal.sample_indices(500)  # fixed and seeded
+    assert cal.sample_indices(500)[0] == 0 and len(cal.sample_indices(500)) == cal.FIT_CANDIDATES
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path))
+    from sft import paths
+
+    monkeypatch.setattr(paths, "_warned", set())
+    return tmp_path
+
+
+def _calibration(**identity) -> dict:
+    return {"identity": {**host_target.calibration_identity(), **identity},
+            "desc": {"peak_flops_f32": 123e9, "serial_invoke_overhead": 3e-6},
+            "cpu": {"fma_latency": 4.5, "step_cycles": 3.25}, "fit": {"samples": 60}}
+
+
+def test_a_stored_calibration_round_trips(cache):
+    detected = host_target.detected_description()
+    assert host_target.calibrated_description() == detected  # never calibrated
+    host_target.store_calibration(_calibration())
+    desc = host_target.calibrated_description()
+    assert desc.peak_flops_f32 == 123e9 and desc.serial_invoke_overhead == 3e-6
+    assert desc.cpu.fma_latency == 4.5 and desc.cpu.step_cycles == 3.25
+    assert desc.cpu.overlap == detected.cpu.overlap  # what the fit did not set stays
+    assert host_target.calibration_state() == "calibrated"
+    assert TargetDesc.from_dict(json.loads(desc.to_json())) == desc
+    # Another host's calibration is kept beside this one's, not over it.
+    host_target.store_calibration(_calibration(cores=desc.cores + 7))
+    hosts = json.loads(host_target.calibration_file().read_text())["hosts"]
+    assert len(hosts) == 2 and host_target.calibrated_description() == desc
+
+
+def test_another_hosts_calibration_is_ignored_with_one_warning(cache):
+    host_target.store_calibration(_calibration(isa="neon", cores=64))
+    with pytest.warns(UserWarning, match="another host or ISA"):
+        desc = host_target.calibrated_description()
+    assert desc == host_target.detected_description()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process, not once per target built
+        assert host_target.calibrated_description() == desc
+
+
+def test_an_older_calibration_file_is_ignored_with_a_warning(cache):
+    host_target.calibration_file().write_text(json.dumps({"peak_flops_f32": 1e11}))
+    with pytest.warns(UserWarning, match="not a valid calibration"):
+        assert host_target.calibrated_description() == host_target.detected_description()
+
+
+def test_avx2_and_avx512_give_different_structure_spaces_and_predictions():
+    kernel = cal.FIT_KERNELS[0]  # B contiguous along k: the transpose depends on the ISA
+    d512, d2 = _desc(AVX512), _desc(AVX2)
+    assert d512.cpu.shuffle_fma_share == 1.0 and d2.cpu.shuffle_fma_share == 0.0
+    assert d512.simd_f32 == 2 * d2.simd_f32 and d512.vector_registers == 2 * d2.vector_registers
+    s512, s2 = tile_space(kernel, isa=AVX512), tile_space(kernel, isa=AVX2)
+    rows512, rows2 = {tuple(r) for r in s512.candidates}, {tuple(r) for r in s2.candidates}
+    assert rows512 != rows2 and rows512 & rows2
+    common = np.array(sorted(rows512 & rows2 - {(0, 0, 0, 0, 0)}))
+    p512, p2 = predict(kernel, common, d512, 1), predict(kernel, common, d2, 1)
+    assert not np.allclose(p512, p2)
+    assert np.median(p2 / p512) > 1.3  # half the lanes: slower on the same tiles
+
+
+def test_calibrate_help():
+    proc = subprocess.run([sys.executable, "-m", "sft.tools.calibrate", "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "sft-calibrate" in proc.stdout and "--fit-rounds" in proc.stdout
