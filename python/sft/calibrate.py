@@ -14,20 +14,14 @@ by bounded least squares on log time.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import statistics
-import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from .backend import compile_module, profile
-from .backend.bench import Variant, _tool, benchmark, input_flags
-from .backend.iree import run_group
+from .backend.bench import Variant, benchmark
 from .cost.hardware import CpuModelParams, TargetDesc
 from .cost.model import default_candidate, predict
 from .errors import SftError
@@ -154,54 +148,11 @@ def sample_indices(space_size: int, count: int = FIT_CANDIDATES, seed: int = FIT
     return [0, *sorted(int(i) for i in rest)]
 
 
-def cpu_seconds(variants: dict, inputs: list, rounds: int = FIT_ROUNDS, min_time: float = 0.05,
-                timeout: float = 60.0, progress=None) -> dict:
-    """Median CPU seconds per call of each variant (None where a run failed), in processes of
-    their own taking turns, as `backend.bench.benchmark` times them, but read from the
-    benchmark's CPU time rather than its wall time: a kernel run inline (local-sync) is one
-    thread, and on a shared machine its wall time is mostly other processes' (measured here
-    under a load of 5 on 2 cores: wall 112 to 510 us, CPU 97 to 103 us, for one module)."""
-    tool = _tool("iree-benchmark-module")
-    samples: dict = {name: [] for name in variants}
-    with tempfile.TemporaryDirectory(prefix="sft-calibrate-") as tmp:
-        folder = Path(tmp)
-        flags = input_flags(inputs, folder)
-        commands = {}
-        for i, (name, variant) in enumerate(variants.items()):
-            module = folder / f"module{i}.vmfb"
-            module.write_bytes(variant.artifact.vmfb)
-            commands[name] = [tool, f"--module={module}", "--function=main", f"--device={variant.device}",
-                              *flags, "--benchmark_format=json", f"--benchmark_min_time={min_time}s"]
-        for _ in range(rounds):
-            for name, cmd in commands.items():
-                if samples[name] is not None:
-                    seconds = _cpu_time(cmd, timeout)
-                    samples[name] = None if seconds is None else samples[name] + [seconds]
-                if progress:
-                    progress()
-    return {name: (statistics.median(s) if s else None) for name, s in samples.items()}
-
-
-_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-
-
-def _cpu_time(cmd: list[str], timeout: float) -> float | None:
-    """CPU seconds per call of one iree-benchmark-module run; None where it failed."""
-    try:
-        proc = run_group(cmd, timeout)
-        if proc.returncode != 0:
-            return None
-        row = json.loads(proc.stdout)["benchmarks"][0]
-        return float(row["cpu_time"]) * _UNITS[row["time_unit"]]
-    except (subprocess.TimeoutExpired, OSError, ValueError, KeyError, IndexError):
-        return None
-
-
 def measure_fit_samples(target=None, kernels=FIT_KERNELS, count: int = FIT_CANDIDATES,
                         rounds: int = FIT_ROUNDS, progress=None) -> list[FitSample]:
     """Compile (two at a time: iree-compile runs in its own process) and time the fit's sample
-    of each kernel, alone and single-threaded, as `measure.measure_candidates` does (but in CPU
-    time: `cpu_seconds`). A candidate that fails to compile or run is left out."""
+    of each kernel, alone and single-threaded, as `measure.measure_candidates` does (local-sync:
+    `benchmark` reads CPU time). A candidate that fails to compile or run is left out."""
     from .targets import get_target
 
     target = get_target(target or "host")
@@ -222,7 +173,9 @@ def measure_fit_samples(target=None, kernels=FIT_KERNELS, count: int = FIT_CANDI
 
         with ThreadPoolExecutor(2) as pool:
             built = {i: Variant(a, target.kernel_driver) for i, a in pool.map(build, indices) if a}
-        seconds = cpu_seconds(built, kernel_inputs(kernel), rounds=rounds, progress=progress)
+        # on local-sync, `benchmark` reads CPU time: robust to other processes on the machine
+        seconds = benchmark(built, kernel_inputs(kernel), rounds=rounds, progress=progress,
+                            cpu_time=True)
         ok = [i for i in indices if seconds.get(i)]
         rows = np.array([default if i == 0 else space.candidates[i] for i in ok], dtype=np.int64)
         samples.append(FitSample(kernel, rows, np.array([seconds[i] for i in ok])))

@@ -99,8 +99,10 @@ def measure_candidates(kernel: Kernel, space, indices, target: Target, db: Tunin
             seconds[index] = None
             db.record_measurement(workload, tkey, repr(config), predicted.get(index), None)
     if variants:
+        # Kernels alone run inline (the host's local-sync): timed by their CPU time, robust to
+        # the other processes of a shared machine.
         for index, value in benchmark(variants, kernel_inputs(kernel), rounds=rounds,
-                                      progress=progress).items():
+                                      progress=progress, cpu_time=True).items():
             seconds[index] = value
             db.record_measurement(workload, tkey, repr(space.config(index)), predicted.get(index), value)
     return seconds
