@@ -132,3 +132,17 @@ def host_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+@functools.cache
+def cpu_signature() -> str:
+    """A short hash of this CPU's model name and feature flags (/proc/cpuinfo): what LLVM's
+    `host` CPU resolves to, so that code built for one machine is not reused on another."""
+    import hashlib
+
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = os.uname().machine
+    name = next((l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("model name")), "")
+    return hashlib.sha256(f"{name}|{sorted(_cpu_flags())}".encode()).hexdigest()[:12]

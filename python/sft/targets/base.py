@@ -55,6 +55,7 @@ class Target:
     options: tuple[ModuleOptions, ...] = (ModuleOptions(),)  # backend option sets; default first
     kernel_driver: str = ""            # driver a kernel is timed on alone ("": `driver`)
     device_attr: str = ""              # #hal.device.target the module carries, where no flag says it
+    machine: str = ""                  # the machine the code is for, where a flag says only `host`
 
     def module_text(self, text: str) -> str:
         """`text` as iree-compile gets it: with this target's device on the module where the
@@ -71,7 +72,7 @@ class Target:
 
     def compile_key(self) -> tuple[str, ...]:
         """What of the target decides the code IREE builds (the module cache's key)."""
-        return (*self.flags, self.device_attr) if self.device_attr else self.flags
+        return (*self.flags, *(x for x in (self.device_attr, self.machine) if x))
 
     def key(self, revision: int) -> str:
         """The target part of a tuning-database key: its name, flags, hardware numbers, kernel

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from ..cost.hardware import CpuModelParams, TargetDesc
-from ..cost.host import host_cores, host_isa, read_caches
+from ..cost.host import cpu_signature, host_cores, host_isa, read_caches
 from ..paths import cache_dir, warn_once
 from ..space.options import SERIAL_DRIVER, cpu_option_space
 from .base import KEEP_F64, Target
@@ -148,7 +148,8 @@ def host() -> Target:
         flags=("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
                f"--iree-llvmcpu-target-cpu={cpu}", KEEP_F64),
         driver="local-task", desc=desc, codegen=CpuCodegen(host_isa(), margin),
-        options=tuple(cpu_option_space()), kernel_driver=SERIAL_DRIVER)
+        options=tuple(cpu_option_space()), kernel_driver=SERIAL_DRIVER,
+        machine=f"cpu {cpu_signature()}" if cpu == "host" else "")
 
 
 TARGETS = {"host": host}
