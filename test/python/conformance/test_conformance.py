@@ -29,14 +29,13 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 import sft
-from sft.backend import TARGETS, compile_module
+from sft.backend import compile_module
+from sft.targets import get_target
 
 from conformance_cases import CASES
 from known_iree_failures import KNOWN_IREE_FAILURES
 
-# The host target keeps f64 (IREE demotes it to f32 by default); pass it until TARGETS says so.
-KEEP_F64 = "--iree-input-demote-f64-to-f32=false"
-IREE_FLAGS = () if KEEP_F64 in TARGETS["host"].flags else (KEEP_F64,)
+HOST = get_target("host")
 
 # (rtol, atol) per result dtype; integers and bools compare exactly. f16/bf16: eager computes
 # many ops in f32 and rounds once, IREE may round every step.
@@ -125,9 +124,9 @@ LOC = re.compile(r'^loc\(.*?\):\s*')
 def run_iree_alone(case, linalg: str, want_leaves: list) -> list:
     import iree.runtime as rt
 
-    artifact = compile_module(linalg, "host", IREE_FLAGS)
+    artifact = compile_module(linalg, HOST)  # the host target keeps f64, as sft.compile does
     if "config" not in _RUNTIME:  # one device and thread pool per process
-        _RUNTIME["config"] = rt.Config(TARGETS["host"].driver)
+        _RUNTIME["config"] = rt.Config(HOST.driver)
     ctx = rt.SystemContext(config=_RUNTIME["config"])
     ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, artifact.vmfb))
     out = ctx.modules.module["main"](*[to_numpy(x) for x in case.inputs()])
