@@ -116,8 +116,7 @@ def test_verify_on_a_gpu_this_machine_lacks_is_one_clear_error():
         with pytest.raises(SftError, match="'cuda' driver"):
             sft.compile(torch.nn.Linear(4, 4), (torch.ones(2, 4),), target="cuda:sm_80",
                         search="verify")
-    else:
-        pytest.skip("this machine has a CUDA device: verify runs there")
+    # else: a machine with a CUDA device has nothing to refuse (verify times candidates on it)
 
 
 def test_target_key_changes_with_what_changes_the_search():
