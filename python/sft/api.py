@@ -27,6 +27,7 @@ from .space.kernels import contraction_kernels
 from .program import Program, import_model, lower, prepare, to_sft
 from .targets import Target, get_target
 from .tuning_db import TuningDB
+from .values import aliases
 
 
 def linalg_of(model, example_inputs=()) -> tuple[str, str]:
@@ -177,11 +178,13 @@ def searched_plan(program: Program, target: Target | str, search: str,
     plan, report = search_plan(program.sft_text, target, precision)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
-            # results the compiled object keeps on the device (a training step's new state)
-            keep = tuple(i for i, r in enumerate(program.signature.results) if r.kind == "state")
+            # timed as the compiled object is called: the state, and the arguments results
+            # are written in place of, on the device; those results left there
+            in_place = aliases(program.signature)
+            resident = tuple(sorted({*range(len(program.state)), *in_place}))
             plan = verify(report, lambda p: lower(program.module(), p)[1], target,
-                          program.timing_inputs(), db, progress=bar.update, keep=keep,
-                          resident=len(program.state))
+                          program.timing_inputs(), db, progress=bar.update,
+                          keep=tuple(in_place.values()), resident=resident)
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
 
@@ -226,7 +229,8 @@ def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict):
 
 
 def compile(model, example_inputs=(), target: Target | str = "host", plan: Plan | None = None,
-            search: str = "none", keep_ir: bool = False, precision: str = "f32") -> CompiledModel:
+            search: str = "none", keep_ir: bool = False, precision: str = "f32",
+            donate_argnums: tuple[int, ...] = ()) -> CompiledModel:
     """Compile a torch.nn.Module or a JAX function (with example inputs), MLIR text or an .mlir
     file for `target` (a name from `sft targets`: host, cuda:sm_80, cuda:sm_90, rocm:gfx942,
     vulkan:rdna3, or a Target).
@@ -246,10 +250,18 @@ def compile(model, example_inputs=(), target: Target | str = "host", plan: Plan 
     ops and `compiled.search.chosen` says "bf16 inputs, f32 accumulation on ops [...]". Not
     with search="verify" (an SftError); with search="none" it changes nothing. Anything else
     is an SftError naming the allowed values.
+
+    `donate_argnums` (JAX functions) is `jax.jit`'s: the positional arguments whose buffers
+    the function's results replace, such as a training step's parameters and optimizer state.
+    The results JAX pairs with their leaves (same shape and dtype) come back as
+    `sft.DeviceArray`s that stay on the device: pass them to the next call and the state never
+    crosses to the host (`np.asarray(a)` or `jnp.asarray(a)` reads one). A DeviceArray passed
+    as a donated argument is deleted by the call, as a donated JAX array is.
     """
     target = get_target(target)  # before the import, which can take a while
     check_precision(precision, search)
-    return compile_prepared(*prepare(model, example_inputs), target, plan, search, keep_ir, precision)
+    return compile_prepared(*prepare(model, example_inputs, donate_argnums), target, plan, search,
+                            keep_ir, precision)
 
 
 def compile_prepared(program: Program, module, target: Target | str = "host", plan: Plan | None = None,

@@ -12,7 +12,7 @@ from .backend.iree import Artifact
 from .backend.runtime import to_host
 from .errors import SftError
 from .plan import Plan
-from .values import Signature, assemble, check_inputs, to_numpy, to_torch
+from .values import DeviceArray, Signature, assemble, check_inputs, to_numpy, to_torch
 
 if TYPE_CHECKING:
     from .search import SearchReport
@@ -108,8 +108,8 @@ class CompiledModel:
     def __call__(self, *args):
         if self.signature.flatten is not None:
             args = tuple(self.signature.flatten(args))
-        arrays = check_inputs(args, self.signature.inputs)
         loaded = self._device()
+        arrays = check_inputs(args, self.signature.inputs, loaded.driver)
         state = [self._device_state[name] for name, _, _ in self.signature.state]
         outs = loaded.call_on_device(*state, *arrays)
         host = []
@@ -117,6 +117,10 @@ class CompiledModel:
             if result is not None and result.kind == "state":  # a buffer the model updates
                 self._device_state[result.value] = out
                 host.append(None)
+            elif result is not None and result.kind == "device":  # a donated input's new value
+                if isinstance(args[result.value], DeviceArray):
+                    args[result.value].delete()  # donated: the caller is done with it
+                host.append(DeviceArray(out, loaded.driver, self.signature.inputs[result.value][1]))
             else:
                 host.append(to_host(out))
         return assemble(host, args, self.signature)

@@ -85,17 +85,23 @@ def _is_mlir_path(model) -> bool:
                                        and "\n" not in model)
 
 
-def import_model(model, example_inputs=()) -> tuple[str, str, Signature | None, dict]:
+def import_model(model, example_inputs=(), donate_argnums=()) -> tuple[str, str, Signature | None, dict]:
     """(linalg text, a name for error messages, the front end's signature or None, the state
-    by name) for a torch module, a JAX function, MLIR text or an .mlir path."""
+    by name) for a torch module, a JAX function, MLIR text or an .mlir path. `donate_argnums`
+    (JAX functions only) as `jax.jit`'s."""
+    is_jax = callable(model) and not hasattr(model, "state_dict") and not _is_mlir_path(model) \
+        and not isinstance(model, str)
+    if donate_argnums and not is_jax:
+        raise SftError("donate_argnums is for JAX functions: a torch module's state stays on "
+                       "the device already (compile_train_step for training)")
     if _is_mlir_path(model):
         return import_mlir_file(model), str(model), None, {}
     if isinstance(model, str):
         return import_mlir_text(model), "<input>", None, {}
-    if callable(model) and not hasattr(model, "state_dict"):  # a function, not a torch module
+    if is_jax:  # a function, not a torch module
         from .importers.jax import import_jax
 
-        text, signature = import_jax(model, example_inputs)
+        text, signature = import_jax(model, example_inputs, tuple(donate_argnums))
         return text, getattr(model, "__name__", type(model).__name__), signature, {}
     text, signature, state = import_torch(model, example_inputs)
     return text, type(model).__name__, signature, state
@@ -133,11 +139,11 @@ class Program:
         return [*self.state.values(), *inputs]
 
 
-def prepare(model, example_inputs=()) -> tuple[Program, object]:
+def prepare(model, example_inputs=(), donate_argnums=()) -> tuple[Program, object]:
     """Import and raise a model; returns the Program and its raised sft module (which the
     caller may consume once, saving a parse)."""
     start = time.perf_counter()
-    imported = import_model(model, example_inputs)
+    imported = import_model(model, example_inputs, donate_argnums)
     return program_from(*imported, import_seconds=time.perf_counter() - start)
 
 

@@ -42,9 +42,11 @@ class Loaded:
         import iree.runtime as rt
 
         self.artifact = artifact
-        self._ctx = rt.SystemContext(config=_config(driver or artifact.target.driver))
-        self._ctx.add_vm_module(rt.VmModule.copy_buffer(self._ctx.instance, artifact.vmfb))
-        self._fn = self._ctx.modules.module[entry]
+        self.driver = driver or artifact.target.driver
+        self._ctx = rt.SystemContext(config=_config(self.driver))
+        module = rt.VmModule.copy_buffer(self._ctx.instance, artifact.vmfb)
+        self._ctx.add_vm_module(module)
+        self._fn = self._ctx.modules[module.name][entry]  # "module", unless the source named it
 
     def __call__(self, *arrays) -> list[np.ndarray]:
         """Results on the host (numpy arrays; a scalar result, an i64 say, as a Python number)."""

@@ -30,15 +30,16 @@ from ..errors import SftError
 from .iree import exit_text, kill_group, run_timeout
 
 
-def loaded_call(artifact, driver: str, arrays: list, keep: tuple[int, ...] = (), resident: int = 0):
+def loaded_call(artifact, driver: str, arrays: list, keep: tuple[int, ...] = (),
+                resident: tuple[int, ...] = ()):
     """A builder for `time_in_processes`: the compiled module loaded on `driver`, called on
-    `arrays` as a compiled model is called: the first `resident` arguments (the model's state)
-    are uploaded to the device once, the results at positions `keep` (a training step's updated
-    state) stay there, the others come back to the host."""
+    `arrays` as a compiled model is called: the arguments at positions `resident` (the model's
+    state, donated inputs) are uploaded to the device once, the results at positions `keep` (a
+    training step's updated state) stay there, the others come back to the host."""
     from .runtime import load, to_host
 
     fn = load(artifact, driver=driver)
-    arrays = [fn.upload(a) for a in arrays[:resident]] + list(arrays[resident:])
+    arrays = [fn.upload(a) if i in resident else a for i, a in enumerate(arrays)]
 
     def call():
         outs = fn.call_on_device(*arrays)

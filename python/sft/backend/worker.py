@@ -15,6 +15,10 @@ a line:
                                                      the callable returns no arrays)
     {"error": "traceback text"}                      the build or a call raised; the worker exits
     {"time": seconds_per_call}                       one round of `calls` calls, after each "go"
+                                                     (and after calls/5 untimed ones: the
+                                                     first calls after the pause between
+                                                     turns run cold, 1.5-2x slower for a
+                                                     1.5 ms training step)
 
 It reads line commands on stdin: "go" runs a round; "stop", or the end of stdin (the parent is
 gone), ends it. Anything the builder prints goes to stderr, so it cannot garble the answers.
@@ -70,6 +74,8 @@ def _serve(request_path: str, answer) -> None:
         if line.strip() != "go":
             return
         try:
+            for _ in range(calls // 5):
+                fn()
             start = time.perf_counter()
             for _ in range(calls):
                 fn()

@@ -48,14 +48,18 @@ def _check_dtypes(avals, what: str, name: str) -> None:
                            name)
 
 
-def _lower(fn, args: tuple, name: str):
+def _lower(fn, args: tuple, name: str, donate_argnums: tuple[int, ...] = ()):
     """`jax.jit(fn).lower(*args)`, its failures (not traceable, wrong arguments) as SftError.
     `keep_unused=True`: JAX would otherwise drop arguments the function does not read, and the
     compiled function would no longer take every leaf of the arguments."""
     import jax
 
+    bad = [i for i in donate_argnums if not isinstance(i, int) or not 0 <= i < len(args)]
+    if bad:
+        raise SftError(f"donate_argnums {bad}: the function has {len(args)} positional "
+                       "arguments", name)
     try:
-        return jax.jit(fn, keep_unused=True).lower(*args)
+        return jax.jit(fn, keep_unused=True, donate_argnums=donate_argnums).lower(*args)
     except Exception as exc:  # TypeError, a tracer error, an error in the user's code, ...
         raise SftError(f"could not trace the function with JAX at the example arguments: "
                        f"{type(exc).__name__}: {_first_line(exc)}", name) from None
@@ -111,10 +115,25 @@ def _check_entry(module, specs, name: str) -> None:
                        f"example's leaves {[shape for shape, _ in specs]}", name)
 
 
-def _as_func_module(text: str, specs, name: str) -> str:
+def _donated(main) -> dict[int, int]:
+    """@main's donated arguments: argument index -> the result JAX writes in its place (IREE's
+    input phase turns JAX's `tf.aliasing_output` into `iree.abi.output`)."""
+    mlir = ir.iree_ir
+    if "arg_attrs" not in main.attributes:
+        return {}
+    found = {}
+    for i, attrs in enumerate(mlir.ArrayAttr(main.attributes["arg_attrs"])):
+        attrs = mlir.DictAttr(attrs)
+        if "iree.abi.output" in attrs:
+            found[i] = mlir.IntegerAttr(attrs["iree.abi.output"]).value
+    return found
+
+
+def _as_func_module(text: str, specs, name: str) -> tuple[str, dict[int, int]]:
     """IREE's input-phase output (`module @jit_f { util.func public @main ... }`) as an unnamed
     module of `func.func`s, printed without locations (as the torch front end prints); its
-    @main checked against the example's leaves `specs`."""
+    @main checked against the example's leaves `specs`. Also returns @main's donated
+    arguments (`_donated`)."""
     mlir = ir.iree_ir
     ctx = mlir.Context()
     module = ir.parse(ctx, text, name)
@@ -129,16 +148,19 @@ def _as_func_module(text: str, specs, name: str) -> str:
         if "sym_name" in module.operation.attributes:
             del module.operation.attributes["sym_name"]
         module.operation.walk(collect)  # post-order: returns and calls before their function
+        donated = {}
         for op in found:
             attrs = op.attributes
             if _tied(attrs):
                 raise SftError(f"{op.name} with tied operands (a result aliasing an argument) "
                                "is not supported", name)
+            if op.name == "util.func" and mlir.StringAttr(attrs["sym_name"]).value == "main":
+                donated = _donated(op)
             new_name, keep = _UTIL_TO_FUNC[op.name]
             _rebuild(op, new_name, {k: attrs[k] for k in keep if k in attrs})
         ir.verify(module, name)
         _check_entry(module, specs, name)
-        return ir.print_module(module)
+        return ir.print_module(module), donated
 
 
 def _flattener(in_tree, specs):
@@ -170,10 +192,14 @@ def _flattener(in_tree, specs):
     return flatten
 
 
-def import_jax(fn, example_args) -> tuple[str, Signature]:
+def import_jax(fn, example_args, donate_argnums: tuple[int, ...] = ()) -> tuple[str, Signature]:
     """Trace `fn` at `example_args` (a tuple of positional arguments, each an array, a Python
     scalar, a `jax.ShapeDtypeStruct` or a pytree of them) and convert it to linalg-on-tensors
-    text with an `@main` taking the arguments' leaves in JAX's flattening order."""
+    text with an `@main` taking the arguments' leaves in JAX's flattening order.
+
+    `donate_argnums` as `jax.jit`'s: the results JAX pairs with the donated arguments' leaves
+    (same shape and dtype) are `Result("device", leaf)`: that leaf's new value, left on the
+    device."""
     import jax
 
     from ..backend.iree import convert_input
@@ -185,7 +211,7 @@ def import_jax(fn, example_args) -> tuple[str, Signature]:
         raise SftError(f"example arguments must be a tuple of positional arguments, not "
                        f"{type(example_args).__name__} (write `(x,)` for one argument)", name)
     args = tuple(example_args)
-    lowered = _lower(fn, args, name)
+    lowered = _lower(fn, args, name, tuple(donate_argnums))
     in_avals = jax.tree_util.tree_leaves(lowered.args_info)  # (args, kwargs) -> ArgInfo leaves
     out_avals, out_tree = jax.tree_util.tree_flatten(lowered.out_info)
     _check_dtypes(in_avals, "argument leaf", name)
@@ -196,8 +222,10 @@ def import_jax(fn, example_args) -> tuple[str, Signature]:
         raise SftError(f"JAX traced {len(specs)} argument leaves, the example has "
                        f"{in_tree.num_leaves}", name)
 
-    text = _as_func_module(convert_input(lowered.as_text(), "stablehlo"), specs, name)
-    results = tuple(Result("output") for _ in out_avals)
+    text, donated = _as_func_module(convert_input(lowered.as_text(), "stablehlo"), specs, name)
+    in_place = {result: leaf for leaf, result in donated.items()}
+    results = tuple(Result("device", in_place[i]) if i in in_place else Result("output")
+                    for i in range(len(out_avals)))
     return text, Signature(specs, results,
                            lambda leaves: jax.tree_util.tree_unflatten(out_tree, leaves),
                            flatten=_flattener(in_tree, specs))

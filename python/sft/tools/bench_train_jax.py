@@ -8,12 +8,11 @@ Variants, each timed in a process of its own (as the torch cases are):
                  phase to linalg, iree-compile with the host target; no sft)
   model, verify  sft.compile(step, example_args, search="model" / "verify")
 
-A compiled JAX function is pure: it keeps no state between calls (`sft.compile` of a function
-has no parameters of its own to hold), so every variant is called the same way: each step
-takes the variables and optimizer state the previous step returned. jax_jit passes back its
-JAX arrays; iree, model and verify are called with numpy arrays and return numpy arrays
-(the state is copied into IREE's buffers on each call and the results mapped back, as a user
-of the compiled object sees it).
+Every variant is called the same way, as a JAX user writes the loop: each step takes the
+variables and optimizer state the previous step returned, and they stay on the device:
+jax_jit with `donate_argnums=(0, 1)`, sft with the same (its DeviceArrays passed back), iree
+with IREE's device arrays passed back (IREE's own donation, `iree.abi.output`, computes wrong
+values in IREE 3.13: see `sft.values.aliases`).
 """
 
 from __future__ import annotations
@@ -218,7 +217,7 @@ def _jax_jit_step(name: str):
     import jax
 
     step, (variables, opt_state, *batch) = step_of(JAX_TRAIN_SUITE[name])
-    jitted = jax.jit(step)
+    jitted = jax.jit(step, donate_argnums=(0, 1))
     state = list(jax.device_put((variables, opt_state)))
     batch = jax.device_put(batch)
 
@@ -230,7 +229,8 @@ def _jax_jit_step(name: str):
 
 def _iree_step(name: str):
     """IREE alone: the StableHLO jax.jit lowers the step to, through IREE's input phase (as
-    sft's JAX front end reads it) and compiled as it is; state passed back each call."""
+    sft's JAX front end reads it) and compiled as it is; the state on the device, its new
+    values passed back each call."""
     import jax
 
     from ..backend import compile_module, load
@@ -241,11 +241,11 @@ def _iree_step(name: str):
     fn = load(compile_module(text))
     leaves = [np.asarray(x) for x in signature.flatten(args)]
     n = len(jax.tree_util.tree_leaves(args[:2]))
-    state, batch = leaves[:n], leaves[n:]
+    state, batch = [fn.upload(x) for x in leaves[:n]], leaves[n:]
 
     def call():
-        loss, *state[:] = fn(*state, *batch)
-        return loss
+        loss, *state[:] = fn.call_on_device(*state, *batch)
+        return np.asarray(loss.to_host())
     return call
 
 
@@ -253,7 +253,8 @@ def _sft_step(name: str, search: str):
     from ..api import compile as sft_compile
 
     step, (variables, opt_state, *batch) = step_of(JAX_TRAIN_SUITE[name])
-    compiled = sft_compile(step, (variables, opt_state, *batch), search=search)  # replays
+    compiled = sft_compile(step, (variables, opt_state, *batch), search=search,
+                           donate_argnums=(0, 1))  # replays the search done in run_case
     state = [variables, opt_state]
 
     def call():
@@ -288,7 +289,7 @@ def run_case(name: str, rounds: int, calls: int) -> dict:
     row = {"model": name, "framework": "jax", "ok": True}
     for mode in ("model", "verify"):  # searched here once; the workers replay it
         step, args = step_of(case)
-        compiled = sft_compile(step, args, search=mode)
+        compiled = sft_compile(step, args, search=mode, donate_argnums=(0, 1))
         row["ok"] &= _matches(case, compiled)
         row[f"{mode}_plan"] = json.loads(compiled.plan.to_json())
         row[f"{mode}_search"] = compiled.search.to_dict() if compiled.search else {}
