@@ -154,6 +154,13 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
                 driver=best.options.driver, low_precision=low), report
 
 
+def _db_key(target: Target, precision: str) -> str:
+    """The tuning database's target key for a search at `precision`."""
+    key = target.key(SEARCH_REVISION)
+    # a plan searched with low precision allowed is never an f32 search's
+    return key + (f"-{precision}" if precision != "f32" else "")
+
+
 def searched_plan(program: Program, target: Target | str, search: str,
                   db: TuningDB, precision: str = "f32") -> tuple[Plan, SearchReport]:
     """search="model" or "verify": replayed from the tuning database when this program's
@@ -161,9 +168,7 @@ def searched_plan(program: Program, target: Target | str, search: str,
     (and recorded)."""
     check_precision(precision, search)
     target = get_target(target)
-    tkey = target.key(SEARCH_REVISION)
-    if precision != "f32":  # a plan searched with low precision allowed is never an f32 search's
-        tkey += f"-{precision}"
+    tkey = _db_key(target, precision)
     hit = db.lookup_plan(program.workload, tkey, search)
     if hit is not None:
         try:
@@ -209,14 +214,40 @@ def compile_program(program: Program, module, target: Target | str = "host", pla
     plan = plan or Plan()
     try:
         lowered, planned, artifact = _lower_and_compile(module, plan, target, seconds)
-    except SftError:
+    except SftError as error:
         if report is None:
             raise
-        # A searched (or replayed) plan that does not apply or that IREE refuses is discarded,
-        # never fatal: fall back to IREE's choice.
-        plan, report.fallback = Plan(), True
-        lowered, planned, artifact = _lower_and_compile(program.module(), plan, target, seconds)
+        # A searched (or replayed) plan that does not apply or that IREE refuses (aggressive
+        # fusion can exceed IREE's stack limit on a training step) is discarded, never fatal:
+        # the next option sets the model ranked, without tiles, then IREE's own choice.
+        for name, fallback in [*_fallbacks(report, plan), ("iree-default", Plan())]:
+            try:
+                lowered, planned, artifact = _lower_and_compile(program.module(), fallback, target,
+                                                                seconds)
+                break
+            except SftError:
+                if fallback == Plan():
+                    raise
+        report.fallback = True
+        report.chosen = (f"{name}, untiled (the search's pick failed to compile: "
+                         f"{error.message.splitlines()[0][:160]})")
+        plan = fallback
+        if search != "none":  # replays take the plan that compiled
+            TuningDB().record_plan(program.workload, _db_key(target, precision), search,
+                                   plan.to_json(), report.to_json())
     return plan, report, lowered, planned, artifact
+
+
+def _fallbacks(report: SearchReport, failed: Plan, count: int = 2) -> list[tuple[str, Plan]]:
+    """(name, plan) to try when `failed` does not compile: the best `count` option sets the
+    model ranked, each with the search's graph rewrites and no tiles."""
+    found = {}
+    for option in report.ranked:
+        o = option.options
+        plan = Plan(report.expand, report.orders, flags=o.flags, driver=o.driver)
+        if plan != failed and plan not in found.values():
+            found[o.describe()] = plan
+    return list(found.items())[:count]
 
 
 def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict):

@@ -227,3 +227,29 @@ exec {find_tool("iree-compile")} "$@"
     described = [o.options.describe() for o in compiled.search.ranked]
     assert described and not any("aggressive-fusion" in d for d in described)
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_plan_that_does_not_compile_falls_back_to_the_next_ranked(tmp_path, monkeypatch):
+    """The model's pick failing in iree-compile (aggressive fusion past IREE's stack limit on a
+    training step, here an unknown flag) costs the pick, not the search: the next option set
+    compiles, is reported, and is what the database replays."""
+    import sft.api as api
+
+    real = api.search_plan
+
+    def failing_pick(*args, **kwargs):
+        plan, report = real(*args, **kwargs)
+        return dataclasses.replace(plan, flags=(*plan.flags, "--iree-no-such-flag")), report
+
+    monkeypatch.setattr(api, "search_plan", failing_pick)
+    monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path / "cache"))
+    model, x = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.ReLU()), torch.randn(4, 16)
+    compiled = sft.compile(model, (x,), search="model")
+    report = compiled.search
+    assert report.fallback and "failed to compile" in report.chosen
+    assert "--iree-no-such-flag" not in compiled.plan.flags and compiled.plan.tiles == ()
+    ranked = [sft.Plan(flags=o.options.flags, driver=o.options.driver) for o in report.ranked]
+    assert compiled.plan in ranked[:2]
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+    again = sft.compile(model, (x,), search="model")
+    assert again.search.replayed and again.plan == compiled.plan

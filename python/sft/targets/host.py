@@ -22,7 +22,7 @@ from ..space.options import SERIAL_DRIVER, cpu_option_space
 from .base import KEEP_F64, Target
 from .cpu import UNCALIBRATED_MARGIN, CpuCodegen
 
-CALIBRATION_FORMAT = 2
+CALIBRATION_FORMAT = 3  # 3: the executor's dispatch cost measured on split dispatches
 # The FLOP rate before calibration: FMA issue x lanes x 2 at a nominal 3 GHz.
 NOMINAL_CLOCK_HZ = 3.0e9
 
