@@ -183,13 +183,13 @@ def searched_plan(program: Program, target: Target | str, search: str,
     plan, report = search_plan(program.sft_text, target, precision)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
-            # timed as the compiled object is called: the state, and the arguments results
-            # are written in place of, on the device; those results left there
-            in_place = aliases(program.signature)
-            resident = tuple(sorted({*range(len(program.state)), *in_place}))
+            # timed as the compiled object is called: the state and the donated arguments on
+            # the device, their new values left there
+            carried = aliases(program.signature)
+            resident = tuple(sorted({*range(len(program.state)), *carried}))
             plan = verify(report, lambda p: lower(program.module(), p)[1], target,
                           program.timing_inputs(), db, progress=bar.update,
-                          keep=tuple(in_place.values()), resident=resident)
+                          keep=tuple(carried.values()), resident=resident)
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
 

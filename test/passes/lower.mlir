@@ -21,3 +21,25 @@ func.func @lower(%x: tensor<8x64xf32>, %w: tensor<128x64xf32>, %img: tensor<1x3x
   %pad = "sft.view"(%img, %zero) {map = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2 - 1, d3 - 1)>} : (tensor<1x3x8x8xf32>, f32) -> tensor<1x3x10x10xf32>
   return %mm, %split, %pad : tensor<8x128xf32>, tensor<4x2x128xf32>, tensor<1x3x10x10xf32>
 }
+
+// A 7-loop contraction in the NHWC / HWCF layout (stride 2 on rows, dilation 2 on columns) is
+// linalg.conv_2d_nhwc_hwcf again, and one in the NCHW / FCHW layout conv_2d_nchw_fchw: IREE's CPU
+// codegen keeps its convolution strategy for the named ops only.
+// CHECK-LABEL: func.func @convs
+func.func @convs(%img: tensor<2x9x9x3xf32>, %filt: tensor<3x3x3x4xf32>, %init: tensor<2x4x5x4xf32>,
+                 %img2: tensor<1x3x6x6xf32>, %filt2: tensor<4x3x3x3xf32>, %init2: tensor<1x4x4x4xf32>)
+    -> (tensor<2x4x5x4xf32>, tensor<1x4x4x4xf32>) {
+  // CHECK: linalg.conv_2d_nhwc_hwcf {dilations = dense<[1, 2]> : tensor<2xi64>, {{.*}}strides = dense<[2, 1]> : tensor<2xi64>} ins(%arg0, %arg1
+  %c = "sft.contract"(%img, %filt, %init) {domain = array<i64: 2, 4, 5, 4, 3, 3, 3>,
+      maps = [affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1 * 2 + d4, d2 + d5 * 2, d6)>,
+              affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d4, d5, d6, d3)>,
+              affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3)>]}
+      : (tensor<2x9x9x3xf32>, tensor<3x3x3x4xf32>, tensor<2x4x5x4xf32>) -> tensor<2x4x5x4xf32>
+  // CHECK: linalg.conv_2d_nchw_fchw {dilations = dense<1> : tensor<2xi64>, {{.*}}strides = dense<1> : tensor<2xi64>} ins(%arg3, %arg4
+  %c2 = "sft.contract"(%img2, %filt2, %init2) {domain = array<i64: 1, 4, 4, 4, 3, 3, 3>,
+      maps = [affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d4, d2 + d5, d3 + d6)>,
+              affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d1, d4, d5, d6)>,
+              affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d0, d1, d2, d3)>]}
+      : (tensor<1x3x6x6xf32>, tensor<4x3x3x3xf32>, tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
+  return %c, %c2 : tensor<2x4x5x4xf32>, tensor<1x4x4x4xf32>
+}
