@@ -43,3 +43,20 @@ func.func @convs(%img: tensor<2x9x9x3xf32>, %filt: tensor<3x3x3x4xf32>, %init: t
       : (tensor<1x3x6x6xf32>, tensor<4x3x3x3xf32>, tensor<1x4x4x4xf32>) -> tensor<1x4x4x4xf32>
   return %c, %c2 : tensor<2x4x5x4xf32>, tensor<1x4x4x4xf32>
 }
+
+// A max over a 2x2 window of stride 2 (NHWC) is linalg.pooling_nhwc_max, with the window as a
+// shape-only tensor.
+// CHECK-LABEL: func.func @pool
+func.func @pool(%x: tensor<1x8x8x3xf32>, %init: tensor<1x4x4x3xf32>) -> tensor<1x4x4x3xf32> {
+  // CHECK: %[[W:.*]] = tensor.empty() : tensor<2x2xf32>
+  // CHECK: linalg.pooling_nhwc_max {dilations = dense<1> : tensor<2xi64>, {{.*}}strides = dense<2> : tensor<2xi64>} ins(%arg0, %[[W]]
+  %p = "sft.reduce"(%x, %init) ({
+  ^bb0(%a: f32):
+    gpu.yield %a : f32
+  }) {domain = array<i64: 1, 4, 4, 3, 2, 2>, kind = "max",
+      maps = [affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1 * 2 + d4, d2 * 2 + d5, d3)>,
+              affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3)>],
+      operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0, 1>}
+      : (tensor<1x8x8x3xf32>, tensor<1x4x4x3xf32>) -> tensor<1x4x4x3xf32>
+  return %p : tensor<1x4x4x3xf32>
+}

@@ -1,7 +1,8 @@
 """sft-lower: sft -> linalg-on-tensors, the form IREE takes as input.
 
 Each sft op becomes the linalg it stands for: a contraction that matches a named op (matmul,
-batch_matmul, conv_2d_nchw_fchw, conv_2d_nhwc_hwcf) becomes that named op, since IREE picks its strategies by them;
+batch_matmul, conv_2d_nchw_fchw, conv_2d_nhwc_hwcf) becomes that named op, and so does a max pooling
+(pooling_nhwc_max, pooling_nchw_max), since IREE picks its strategies by them;
 other maps, reductions and contractions become linalg.generic; views become transpose, broadcast,
 expand/collapse_shape, extract_slice or pad. Raising and then lowering gives back the program
 IREE would have compiled from the original. Every lowered op keeps an `sft.op` attribute with its
@@ -101,24 +102,57 @@ _CONVS = (
 )
 
 
+def _window(input_map, plain: dict, windowed: dict) -> tuple[list[int], list[int]] | None:
+    """(strides, dilations) when the input map of a convolution or pooling reads plain dims at
+    `plain` (position -> domain dim) and windows at `windowed` (position -> (output dim,
+    kernel dim)), as `out * stride + kernel * dilation`; else None."""
+    forms = [ix.linear_form(e) for e in input_map.results]
+    if len(forms) != len(plain) + len(windowed) or None in forms:
+        return None
+    if any(forms[pos] != ({dim: 1}, 0) for pos, dim in plain.items()):
+        return None
+    strides, dilations = [], []
+    for pos, (out_dim, kernel_dim) in windowed.items():
+        coeffs, const = forms[pos]
+        if const or set(coeffs) != {out_dim, kernel_dim}:
+            return None
+        strides.append(coeffs[out_dim])
+        dilations.append(coeffs[kernel_dim])
+    return strides, dilations
+
+
 def _named_conv(lhs, rhs, init, maps):
     """The named linalg convolution a 7-loop contraction is, or None."""
     text = [str(m) for m in maps]
-    forms = [ix.linear_form(e) for e in maps[0].results]
     for filter_map, result_map, plain, windowed, build in _CONVS:
-        if text[1:] != [filter_map, result_map] or len(forms) != 4 or None in forms:
-            continue
-        if any(forms[pos] != ({dim: 1}, 0) for pos, dim in plain.items()):
-            continue
-        strides, dilations = [], []
-        for pos, (out_dim, kernel_dim) in windowed.items():
-            coeffs, const = forms[pos]
-            if const or set(coeffs) != {out_dim, kernel_dim}:
-                break
-            strides.append(coeffs[out_dim])
-            dilations.append(coeffs[kernel_dim])
-        else:
-            return build(lhs, rhs, outs=[init], strides=strides, dilations=dilations)
+        found = _window(maps[0], plain, windowed) if text[1:] == [filter_map, result_map] else None
+        if found is not None:
+            return build(lhs, rhs, outs=[init], strides=found[0], dilations=found[1])
+    return None
+
+
+# Named max poolings: (the input map's plain positions -> domain dim, its windowed positions ->
+# (output dim, kernel dim), the op); the result is the domain's first four loops. As a generic,
+# the JAX CNN's 2x2 max pool ran 15x slower (95 against 6.4 us).
+_POOLS = (
+    ({0: 0, 3: 3}, {1: (1, 4), 2: (2, 5)}, linalg.pooling_nhwc_max),
+    ({0: 0, 1: 1}, {2: (2, 4), 3: (3, 5)}, linalg.pooling_nchw_max),
+)
+
+
+def _named_pool(op, ins, init, maps, domain):
+    """The named linalg max pooling an sft.reduce is (kind max of its one input, as it is, over
+    two window loops), or None."""
+    body = ops_of(op.regions[0].blocks[0])
+    if (tm.StringAttr(op.attributes["kind"]).value != "max" or len(domain) != 6 or len(ins) != 1
+            or len(body) != 1 or body[0].operands[0] != op.regions[0].blocks[0].arguments[0]
+            or str(maps[1]) != "(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3)"):
+        return None
+    for plain, windowed, build in _POOLS:
+        found = _window(maps[0], plain, windowed)
+        if found is not None:
+            window = tensor.EmptyOp([domain[4], domain[5]], element_type(init)).result
+            return build(ins[0], window, outs=[init], strides=found[0], dilations=found[1])
     return None
 
 
@@ -253,6 +287,9 @@ def lower_op(op):
         if named is not None:
             return named
         return _generic(op, ins, maps[:-1], init, maps[-1], domain, None)
+    named = _named_pool(op, ins, init, maps, domain)
+    if named is not None:
+        return named
     kind = tm.StringAttr(op.attributes["kind"]).value
     return _generic(op, ins, maps[:-1], init, maps[-1], domain, op.regions[0].blocks[0], combine=kind)
 
