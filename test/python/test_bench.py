@@ -67,3 +67,19 @@ def test_train_jax_case_times_every_variant(capsys):
         assert math.isfinite(row[f"{variant}_s"]) and row[f"{variant}_s"] > 0, variant
     for key in ("verify_over_jax_jit", "verify_over_iree", "model_over_jax_jit"):
         assert math.isfinite(row[key]) and row[key] > 0, key
+
+
+def test_dispatches_times_each_kernel_of_both_programs(tmp_path, capsys):
+    """sft-bench dispatches: every kernel of IREE's compile and of sft's plan timed alone; the
+    MLP's two matmuls are found in both by IREE's names, and the totals are their sums."""
+    out = tmp_path / "dispatches.json"
+    assert bench.main(["dispatches", "mlp", "--rounds", "2", "--json", str(out)]) == 0
+    assert "mlp: us per call" in capsys.readouterr().out
+    row = json.loads(out.read_text())["rows"][0]
+    matmuls = {k: v for k, v in row["kernels"].items() if k.startswith("matmul_")}
+    assert len(matmuls) >= 2
+    for times in matmuls.values():
+        assert times["iree"] > 0 and times["sft"] > 0
+    for variant in ("iree", "sft"):
+        summed = sum(t.get(variant) or 0.0 for t in row["kernels"].values())
+        assert row["total_s"][variant] == pytest.approx(summed)

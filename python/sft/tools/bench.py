@@ -9,6 +9,8 @@
                      torch.compile, IREE's default on the same joint graph, sft model and verify
   sft-bench compile  compile time, peak memory and IR size of IREE's path and of sft.compile
                      (none, model), each in a fresh process and cache, with numerics vs eager
+  sft-bench dispatches  where the time goes: every kernel of IREE's own compile and of sft's
+                     plan (search="model") compiled alone and timed on one thread, side by side
 
 Ratios are speed-ups (higher is faster). --json writes every number for tracking.
 """
@@ -227,10 +229,11 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(prog="sft-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=("speed", "quality", "compile", "train"),
+    p.add_argument("mode", choices=("speed", "quality", "compile", "train", "dispatches"),
                    help="speed: time per call; quality: the cost model against measurement; "
                         "compile: compile time and peak memory (default models: the large ones); "
-                        "train: time per training step")
+                        "train: time per training step; dispatches: time per kernel (any model "
+                        "of speed or train)")
     p.add_argument("models", nargs="*", help=f"models (default: all of {', '.join(BENCH_SUITE)})")
     p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
     p.add_argument("--calls", type=int, default=50, help="calls per round (speed)")
@@ -243,7 +246,8 @@ def _main(argv: list[str] | None) -> int:
     args = p.parse_args(argv)
     from .bench_train import TRAIN_SUITE
 
-    known = TRAIN_SUITE if args.mode == "train" else {**BENCH_SUITE, **LARGE_SUITE}
+    known = {"train": TRAIN_SUITE, "dispatches": {**BENCH_SUITE, **LARGE_SUITE, **TRAIN_SUITE}
+             }.get(args.mode, {**BENCH_SUITE, **LARGE_SUITE})
     unknown = [m for m in args.models if m not in known]
     if unknown:
         p.error(f"unknown model(s) {unknown}; known: {', '.join(known)}")
@@ -257,6 +261,10 @@ def _main(argv: list[str] | None) -> int:
         from .compile_cost import run as compile_cost
 
         result = {"rows": compile_cost(models)}
+    elif args.mode == "dispatches":
+        from .bench_dispatches import dispatches
+
+        result = dispatches(models, max(3, args.rounds // 2))
     elif args.mode == "speed":
         result = speed(models, args.rounds, args.calls, not args.no_torch_compile)
     else:
