@@ -24,6 +24,7 @@ from .search import SearchReport, search_program
 from .search.chains import choose_orders, plan_orders
 from .space.chains import contraction_chains
 from .space.kernels import contraction_kernels
+from .space.options import IM2COL
 from .program import Program, import_model, lower, prepare, to_sft
 from .targets import Target, get_target
 from .tuning_db import TuningDB
@@ -110,11 +111,18 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     # default dispatch formation only, beside the program as written under every option; it
     # gets the other formations' profiles only when it already predicts a clear gain there.
     default_only = [o for o in options if not o.formation_flags]
-    requests = [((), flags) for flags in flag_sets] + [(e, ()) for e in variants if e]
+    # im2col changes nothing in a program without convolutions: its profiles are taken (and its
+    # option sets searched) only where IREE's default view has one
+    im2col_sets = [f for f in flag_sets if IM2COL in f]
+    requests = [((), flags) for flags in flag_sets if flags not in im2col_sets]
+    requests += [(e, ()) for e in variants if e]
     profiles = dict(zip(requests, _profiles([(variants[e][1], f) for e, f in requests], target)))
 
     if profiles[((), ())] is None:  # IREE cannot compile the program as written: say how
         profile(variants[()][1], target)
+    if any("conv" in d.name for d in profiles[((), ())].dispatches):
+        more = [((), f) for f in im2col_sets]
+        profiles.update(zip(more, _profiles([(variants[()][1], f) for _, f in more], target)))
 
     def searched(expand, opts):
         kernels, _, chains, seconds = variants[expand]
@@ -129,7 +137,7 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     for expand in [e for e in variants if e and profiles[(e, ())] is not None]:
         reports[expand] = searched(expand, default_only)
         if reports[expand].ranked[0].predicted < written_default * (1.0 - REWRITE_MARGIN):
-            more = [(expand, f) for f in flag_sets if f]
+            more = [(expand, f) for f in flag_sets if f and f not in im2col_sets]
             profiles.update(zip(more, _profiles([(variants[expand][1], f) for _, f in more], target)))
             reports[expand] = searched(expand, options)
     written = reports[()].ranked[0].predicted

@@ -28,7 +28,7 @@ from .tuning_db import TuningDB
 
 _TYPES = {2: "f16", 4: "f32", 8: "f64"}
 MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary about that much)
-SEARCH_REVISION = 11  # bump when the space or the cost model changes what a search would pick
+SEARCH_REVISION = 12  # bump when the space or the cost model changes what a search would pick
 
 
 def kernel_program(kernel: Kernel, config: TileConfig | None) -> str:
@@ -122,7 +122,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            db: TuningDB, top_options: int = 4, top_k: int = 3, rounds: int = 5,
            progress=None, keep: tuple[int, ...] = (), resident: tuple[int, ...] = ()) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles;
-    each driver's best among them) and IREE's default. `lower_plan(plan)` gives the program text a plan compiles from. Programs
+    each driver's best among them, with and without im2col) and IREE's default. `lower_plan(plan)` gives the program text a plan compiles from. Programs
     are timed on `inputs` as the compiled object calls them: those at `resident` (the model's
     state, donated inputs) uploaded once, the results at `keep` (a training step's new state) left on the device."""
     tiles = ()
@@ -137,10 +137,13 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
             if result.best != 0:
                 picked.append((choice.kernel.op_id, choice.space.config(result.best)))
         tiles = tuple(picked)
+    # Each driver's best, and with convolutions as IREE compiles them and as im2col matmuls,
+    # however the model ranks them: the executor's cost on a shared machine and IREE's
+    # convolution code are what the model misjudges most.
+    kind = lambda o: (o.options.driver, o.options.im2col)
     options = list(report.ranked[:top_options])
-    for option in report.ranked[top_options:]:  # each driver's best, however the model ranks
-        # it: the executor's cost on a shared machine is what the model misjudges most
-        if option.options.driver not in {o.options.driver for o in options}:
+    for option in report.ranked[top_options:]:
+        if kind(option) not in {kind(o) for o in options}:
             options.append(option)
     for option in options:
         o = option.options

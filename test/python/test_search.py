@@ -91,7 +91,7 @@ def test_search_weighs_driver_overheads_against_parallelism():
     one = Profile((Dispatch(0, "matmul_1024x1024x1024_f32", big.domain, 3 << 22, None),), 1)
     report = search_program([big], _everywhere(one), target, options)
     assert not report.ranked[0].options.serial
-    assert len(report.ranked) == len(options) == 16
+    assert len(report.ranked) == len(options) == 24  # 16, and 8 with im2col (no data tiling)
 
 
 def test_option_space_keeps_the_default_first():
@@ -99,6 +99,7 @@ def test_option_space_keeps_the_default_first():
     assert get_target("cuda:sm_80").options == (ModuleOptions(),)
     assert ModuleOptions(data_tiling=True).flags and not ModuleOptions(data_tiling=True).keeps_tiles
     assert ModuleOptions(serial=True).driver == "local-sync"
+    assert "--iree-global-opt-use-im2col-for-convs" in ModuleOptions(im2col=True).formation_flags
 
 
 def test_model_and_verify_search_keep_numerics():
@@ -253,3 +254,17 @@ def test_a_plan_that_does_not_compile_falls_back_to_the_next_ranked(tmp_path, mo
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
     again = sft.compile(model, (x,), search="model")
     assert again.search.replayed and again.plan == compiled.plan
+
+
+def test_im2col_is_searched_where_a_program_has_convolutions():
+    """im2col's option sets (and their IREE profiles) only for a program with a convolution;
+    verify times the best of them beside the rest."""
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
+    plain = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.ReLU())
+    x_conv, x_plain = torch.randn(2, 3, 10, 10), torch.randn(4, 16)
+    ranked = lambda model, x: [o.options for o in sft.compile(model, (x,), search="model").search.ranked]
+    assert any(o.im2col for o in ranked(conv, x_conv))
+    assert not any(o.im2col for o in ranked(plain, x_plain))
+    compiled = sft.compile(conv, (x_conv,), search="verify")
+    assert any("im2col" in name for name in compiled.search.measured)
+    torch.testing.assert_close(compiled(x_conv), conv(x_conv), rtol=1e-4, atol=1e-5)
