@@ -24,7 +24,7 @@ from .search import SearchReport, search_program
 from .search.chains import choose_orders, plan_orders
 from .space.chains import contraction_chains
 from .space.kernels import contraction_kernels
-from .space.options import IM2COL
+from .space.options import FORMATION_FLAGS, IM2COL
 from .program import Program, import_model, lower, prepare, to_sft
 from .targets import Target, get_target
 from .tuning_db import TuningDB
@@ -237,8 +237,8 @@ def compile_program(program: Program, module, target: Target | str = "host", pla
                 if fallback == Plan():
                     raise
         report.fallback = True
-        report.chosen = (f"{name}, untiled (the search's pick failed to compile: "
-                         f"{error.message.splitlines()[0][:160]})")
+        why = error.message.splitlines()[0].split("error: ")[-1]  # not the scratch file's path
+        report.chosen = f"{name}, untiled (the search's pick failed to compile: {why[:160]})"
         plan = fallback
         if search != "none":  # replays take the plan that compiled
             TuningDB().record_plan(program.workload, _db_key(target, precision), search,
@@ -246,14 +246,19 @@ def compile_program(program: Program, module, target: Target | str = "host", pla
     return plan, report, lowered, planned, artifact
 
 
-def _fallbacks(report: SearchReport, failed: Plan, count: int = 2) -> list[tuple[str, Plan]]:
-    """(name, plan) to try when `failed` does not compile: the best `count` option sets the
-    model ranked, each with the search's graph rewrites and no tiles."""
+def _fallbacks(report: SearchReport, failed: Plan, count: int = 3) -> list[tuple[str, Plan]]:
+    """(name, plan) to try when `failed` does not compile, best ranked first, each with the
+    search's graph rewrites and no tiles: the failed option set itself where it had tiles, then
+    option sets without its dispatch-forming flags (what fails is mostly a dispatch IREE's
+    codegen cannot take: aggressive fusion past the stack limit, in every set that has it)."""
+    failed_formation = {f for f in failed.flags if f in FORMATION_FLAGS}
     found = {}
     for option in report.ranked:
         o = option.options
         plan = Plan(report.expand, report.orders, flags=o.flags, driver=o.driver)
-        if plan != failed and plan not in found.values():
+        untiled = failed.tiles and (o.flags, o.driver) == (failed.flags, failed.driver)
+        forms_failed = failed_formation <= set(o.formation_flags)  # what failed, maybe more
+        if plan != failed and plan not in found.values() and (untiled or not forms_failed):
             found[o.describe()] = plan
     return list(found.items())[:count]
 

@@ -122,7 +122,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            db: TuningDB, top_options: int = 4, top_k: int = 3, rounds: int = 5,
            progress=None, keep: tuple[int, ...] = (), resident: tuple[int, ...] = ()) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles;
-    each driver's best among them, with and without im2col) and IREE's default. `lower_plan(plan)` gives the program text a plan compiles from. Programs
+    the best of each driver, fusion and convolution strategy among them) and IREE's default. `lower_plan(plan)` gives the program text a plan compiles from. Programs
     are timed on `inputs` as the compiled object calls them: those at `resident` (the model's
     state, donated inputs) uploaded once, the results at `keep` (a training step's new state) left on the device."""
     tiles = ()
@@ -137,10 +137,10 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
             if result.best != 0:
                 picked.append((choice.kernel.op_id, choice.space.config(result.best)))
         tiles = tuple(picked)
-    # Each driver's best, and with convolutions as IREE compiles them and as im2col matmuls,
-    # however the model ranks them: the executor's cost on a shared machine and IREE's
-    # convolution code are what the model misjudges most.
-    kind = lambda o: (o.options.driver, o.options.im2col)
+    # The best of each driver, fusion and convolution strategy, however the model ranks them:
+    # the executor's cost on a shared machine, IREE's convolution code and what its aggressive
+    # fusion cannot compile (past the stack limit, on training steps) are what it misjudges.
+    kind = lambda o: (o.options.driver, o.options.im2col, o.options.fusion)
     options = list(report.ranked[:top_options])
     for option in report.ranked[top_options:]:
         if kind(option) not in {kind(o) for o in options}:

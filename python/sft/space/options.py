@@ -20,6 +20,7 @@ DATA_TILING = "--iree-opt-data-tiling"
 UKERNELS = "--iree-llvmcpu-enable-ukernels=all"
 AGGRESSIVE_FUSION = "--iree-dispatch-creation-enable-aggressive-fusion"
 IM2COL = "--iree-global-opt-use-im2col-for-convs"
+FORMATION_FLAGS = (AGGRESSIVE_FUSION, DATA_TILING, IM2COL)  # flags that change the dispatches
 SERIAL_DRIVER = "local-sync"
 
 
