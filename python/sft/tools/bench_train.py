@@ -256,5 +256,5 @@ def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = 
     print("columns: ms per training step (medians of interleaved rounds, one process per variant); "
           "ref: PyTorch eager (torch rows) or jax.jit (jax_ rows); verify/ref, model/ref: "
           "speed-up over the faster of eager and torch.compile (torch rows), over jax.jit (jax_ "
-          "rows, every variant passed its state back each step)")
+          "rows: each variant's state stays on its device, its new values passed back each step)")
     return {"rows": rows, "summary": summary}
