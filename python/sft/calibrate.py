@@ -121,9 +121,9 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
     parallel_work = max(m["default/task"] - t["chain1/task"], 1e-9)
     efficiency = min(max(work / parallel_work - 1.0, 0.0), 1.0) / max(host.cores - 1, 1)
     # A split dispatch costs the executor its workers' meeting on top of the work (the serial
-    # driver's time for it, shared among the cores at that efficiency): measured here 9 us per
-    # dispatch on 2 cores, where a one-workgroup chain reads none. Training steps have 20-120
-    # such dispatches.
+    # driver's time for it, shared among the cores at that efficiency): 4-9 us per dispatch on
+    # this 2-core VM, where a one-workgroup chain reads none. Training steps have 20-120 such
+    # dispatches.
     split_task = (t["split17/task"] - t["split1/task"]) / 16
     split_sync = (t["split17/sync"] - t["split1/sync"]) / 16
     dispatch = max(split_task - split_sync / (1.0 + (host.cores - 1) * efficiency), 0.0)

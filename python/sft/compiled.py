@@ -9,7 +9,7 @@ import numpy as np
 
 from .backend import load
 from .backend.iree import Artifact
-from .backend.runtime import check_driver, to_host
+from .backend.runtime import to_host
 from .errors import SftError
 from .plan import Plan
 from .values import DeviceArray, Signature, assemble, check_inputs, to_numpy, to_torch
@@ -37,8 +37,8 @@ class CompiledModel:
 
     The module is loaded on its device when compiled, or where this machine lacks that device
     when first used (a module compiled for a GPU can still be saved with `save`); the model's
-    parameters and buffers are uploaded once and stay there between calls; `load_state_dict` swaps in new values without
-    compiling again."""
+    parameters and buffers are uploaded once and stay there between calls; `load_state_dict`
+    swaps in new values without compiling again."""
 
     artifact: Artifact
     plan: Plan
@@ -54,7 +54,6 @@ class CompiledModel:
         self._loaded = None
         self._device_state: dict = {}  # name -> device array, or a host array not yet uploaded
         try:  # loaded now where its device is here: the state goes straight to it, uncopied
-            check_driver(self.plan.driver or self.artifact.target.driver)
             self._device()
         except SftError:
             pass  # no such device here: the state waits as a host copy (GPT-2 small: +550 MB)

@@ -122,9 +122,10 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            db: TuningDB, top_options: int = 4, top_k: int = 3, rounds: int = 5,
            progress=None, keep: tuple[int, ...] = (), resident: tuple[int, ...] = ()) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles;
-    the best of each driver, fusion and convolution strategy among them) and IREE's default. `lower_plan(plan)` gives the program text a plan compiles from. Programs
-    are timed on `inputs` as the compiled object calls them: those at `resident` (the model's
-    state, donated inputs) uploaded once, the results at `keep` (a training step's new state) left on the device."""
+    the best of each driver, fusion and convolution strategy among them) and IREE's default.
+    `lower_plan(plan)` gives the program text a plan compiles from. Programs are timed on
+    `inputs` as the compiled object calls them: those at `resident` (the model's state, donated
+    inputs) uploaded once, the results at `keep` (a training step's new state) left there."""
     tiles = ()
     candidates = {"iree-default": Plan()}
     tiled = next((o for o in report.ranked if o.options.keeps_tiles), None)

@@ -223,8 +223,8 @@ def import_jax(fn, example_args, donate_argnums: tuple[int, ...] = ()) -> tuple[
                        f"{in_tree.num_leaves}", name)
 
     text, donated = _as_func_module(convert_input(lowered.as_text(), "stablehlo"), specs, name)
-    in_place = {result: leaf for leaf, result in donated.items()}
-    results = tuple(Result("device", in_place[i]) if i in in_place else Result("output")
+    replaces = {result: leaf for leaf, result in donated.items()}
+    results = tuple(Result("device", replaces[i]) if i in replaces else Result("output")
                     for i in range(len(out_avals)))
     return text, Signature(specs, results,
                            lambda leaves: jax.tree_util.tree_unflatten(out_tree, leaves),
