@@ -76,10 +76,10 @@ def test_dispatches_times_each_kernel_of_both_programs(tmp_path, capsys):
     assert bench.main(["dispatches", "mlp", "--rounds", "2", "--json", str(out)]) == 0
     assert "mlp: us per call" in capsys.readouterr().out
     row = json.loads(out.read_text())["rows"][0]
-    matmuls = {k: v for k, v in row["kernels"].items() if k.startswith("matmul_")}
-    assert len(matmuls) >= 2
-    for times in matmuls.values():
-        assert times["iree"] > 0 and times["sft"] > 0
+    timed = lambda variant: [k for k, t in row["kernels"].items()
+                             if k.startswith(("matmul", "mmt4d")) and (t.get(variant) or 0) > 0]
+    # (whatever sft's plan is on this host: data tiling or not, its contractions are timed)
+    assert len(timed("iree")) >= 2 and len(timed("sft")) >= 2
     for variant in ("iree", "sft"):
         summed = sum(t.get(variant) or 0.0 for t in row["kernels"].values())
         assert row["total_s"][variant] == pytest.approx(summed)
