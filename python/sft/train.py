@@ -16,7 +16,8 @@ import time
 
 from .api import compile_prepared
 from .compiled import CompiledModel
-from .importers.torch_train import TrainGraph, trace_train_step
+from .errors import SftError
+from .importers.torch_train import TrainGraph, optimizer_state, trace_train_step
 from .plan import Plan
 from .program import program_from
 
@@ -25,17 +26,35 @@ class TrainStep:
     """A compiled training step. `step(*inputs, target)` runs one step (the batch's shapes and
     dtypes are those of the example batch) and returns the loss. The model's parameters and
     buffers and the optimizer's state (`exp_avg.<param>`, `exp_avg_sq.<param>`,
-    `momentum_buffer.<param>`, `step`) stay on the device between calls."""
+    `momentum_buffer.<param>`, `step`) stay on the device between calls.
+
+    The model and the optimizer stay the truth the step starts from: each call reads the
+    hyper-parameters from `optimizer.param_groups` (a scheduler's lr acts at once), and a
+    tensor of the model or of the optimizer's state changed outside the step since it was
+    compiled or last synced (an eager step, `load_state_dict`, an in-place edit under
+    `torch.no_grad()`; found by torch's version counters, so not an edit through `.data`) is
+    uploaded before the step."""
 
     def __init__(self, compiled: CompiledModel, graph: TrainGraph, model, optimizer):
         self.compiled = compiled
         self._graph = graph
         self._model, self._optimizer = model, optimizer
+        # where each tensor of the model the step mirrors is held: (its module's dict, key)
+        self._homes = {n: _home(model, n) for n in (*graph.parameters, *graph.buffers)}
+        self._params = {n: self._homes[n][0][self._homes[n][1]] for n in graph.parameters}
+        self._seen = self._versions()
 
     def __call__(self, *batch):
         """One training step on `batch = (*inputs, target)`; returns the loss (0-d, of the kind
         the batch is: torch, numpy)."""
-        return self.compiled(*batch)
+        if len(batch) != self._graph.batch_size:
+            raise SftError(f"expected a batch of {self._graph.batch_size} tensors (*inputs, "
+                           f"target), got {len(batch)}")
+        self._upload_changes()
+        hyper = self._graph.update.hyper_inputs(self._optimizer)
+        loss = self.compiled(*batch, *hyper)
+        self._optimizer._opt_called = True  # as optimizer.step() marks it for lr schedulers
+        return loss
 
     # The compiled program as sft.compile gives it: plan, search report, dispatches, stages.
     plan = property(lambda self: self.compiled.plan)
@@ -64,27 +83,80 @@ class TrainStep:
     def sync(self) -> None:
         """Copy the state on the device into the user's model (parameters and buffers, in
         place) and optimizer (its per-parameter state), so that eager PyTorch can carry on
-        from here. The compiled step keeps its own copy."""
+        from here; the compiled step picks up whatever eager changes after that."""
         import torch
 
         every = self.compiled.state_dict()
-        named = {**dict(self._model.named_parameters()), **dict(self._model.named_buffers())}
+        named = {n: d[key] for n, (d, key) in self._homes.items()}
         with torch.no_grad():
             for name in (*self._graph.parameters, *self._graph.buffers):
                 named[name].copy_(every[name])
         steps = float(every["step"])
-        if steps == 0:
-            return  # torch keeps no state for a parameter that has not been stepped
-        for name in self._graph.parameters:
-            st = self._optimizer.state[named[name]]
-            for slot in self._graph.update.slots():
-                st[slot] = every[f"{slot}.{name}"].clone()
-            if self._graph.update.kind == "adam":
-                st["step"] = torch.tensor(steps, dtype=torch.float32)
+        update = self._graph.update
+        if steps > 0:  # torch keeps no state for a parameter that has not been stepped
+            for group in update.groups:
+                for name in group.params:
+                    st = self._optimizer.state[named[name]]
+                    for slot in update.slots(group):
+                        st[slot] = every[f"{slot}.{name}"].clone()
+                    if update.kind == "adam":
+                        st["step"] = torch.tensor(steps, dtype=torch.float32)
+        self._seen = self._versions()
 
     def load_state_dict(self, state_dict) -> None:
         """New values for any of the step's state (model names, or optimizer state names)."""
         self.compiled.load_state_dict(state_dict)
+
+    def _versions(self) -> dict:
+        """(id, version) of each tensor of the model and the optimizer that the step's state
+        mirrors (None: no such optimizer state)."""
+        named = {n: d.get(key) for n, (d, key) in self._homes.items()}
+        seen = {n: (id(t), getattr(t, "_version", None)) for n, t in named.items()}
+        for n, p in self._params.items():
+            if named[n] is not p:
+                raise SftError(f"the model's parameter '{n}' was replaced by another tensor since "
+                               "the step was compiled (the optimizer still holds the old one); "
+                               "compile the step again")
+            st = self._optimizer.state.get(p) or {}
+            for slot in (*self._graph.update.slots(), "step"):
+                t = st.get(slot)
+                seen[(slot, n)] = None if t is None else (id(t), getattr(t, "_version", t))
+        return seen
+
+    def _upload_changes(self) -> None:
+        """Upload what changed in the model or the optimizer outside the step since it last
+        looked (nothing, most calls: one pass over the version counters)."""
+        import torch
+
+        now = self._versions()
+        if now == self._seen:
+            return
+        changed = [k for k, v in now.items() if self._seen.get(k) != v]
+        upload = {}
+        for k in changed:
+            if isinstance(k, str):
+                d, key = self._homes[k]
+                if d.get(key) is None:
+                    raise SftError(f"the model's tensor '{k}' was removed since the step was compiled")
+                upload[k] = d[key].detach()
+        if any(isinstance(k, tuple) for k in changed):  # the optimizer's state
+            slots, steps = optimizer_state(self._optimizer, self._graph.update, self._params)
+            upload.update({k: v for k, v in slots.items()
+                           if (k.split(".", 1)[0], k.split(".", 1)[1]) in changed})
+            if self._graph.update.kind == "sgd" and steps > 0:
+                # SGD keeps no count: one means "has a momentum buffer"; keep the step's own count
+                steps = max(steps, float(self.compiled.state_dict()["step"]))
+            upload["step"] = torch.tensor(steps, dtype=torch.float32)
+        self.compiled.load_state_dict(upload)
+        self._seen = now
+
+
+def _home(model, name: str) -> tuple[dict, str]:
+    """The dict of the module that holds the model's parameter or buffer `name`, and its key
+    there: looking a tensor up there costs far less than walking the model each call."""
+    prefix, _, key = name.rpartition(".")
+    module = model.get_submodule(prefix)
+    return (module._parameters if key in module._parameters else module._buffers), key
 
 
 def compile_train_step(model, loss_fn, optimizer, example_batch, target: str = "host",
@@ -92,14 +164,18 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, target: str = "
                        keep_ir: bool = False) -> TrainStep:
     """Compile one training step of a torch.nn.Module: `loss_fn(model(*inputs), target)`, its
     gradient, and `optimizer`'s update (torch.optim.SGD with momentum, dampening, weight decay,
-    nesterov; Adam; AdamW; one parameter group, or several with the same settings), at the
-    shapes of `example_batch = (*inputs, target)`.
+    nesterov, maximize; Adam; AdamW; any number of parameter groups, each with its own
+    settings), at the shapes of `example_batch = (*inputs, target)`.
 
     The model is traced in the mode it is in (call `model.train()` first for batch norm's batch
     statistics; its running statistics are then state the step updates). Train-mode dropout is
-    refused: a compiled step cannot draw random numbers. Hyper-parameters are read from the
-    optimizer's `param_groups` and compiled in; training resumes from the optimizer's state if
-    it has taken steps. Neither the model nor the optimizer changes until `sync()`.
+    refused: a compiled step cannot draw random numbers. Hyper-parameters are inputs of the
+    step, read from the optimizer's `param_groups` at every call (schedulers work); what
+    changes the form of the update (momentum on or off, nesterov, maximize) is compiled in, and
+    a call after it changed is refused. An optimizer sft cannot prove it compiles (a subclass
+    with its own methods, unknown options, step hooks) is refused. Training resumes from the
+    optimizer's state if it has taken steps. The step does not write to the model or the
+    optimizer until `sync()`; changes made to them are uploaded before the next call.
 
     `plan` and `search` ("none", "model", "verify") are those of `sft.compile`; `plan=Plan()`
     is IREE's own compile of the step.

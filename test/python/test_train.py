@@ -157,11 +157,32 @@ def test_wrong_batch_shape_is_an_error(mlp_sgd):
         mlp_sgd[0](torch.randn(4, 32), torch.randint(0, 10, (4,)))
 
 
+class SignSGD(torch.optim.SGD):
+    """An SGD whose step() is its own: compiling torch's SGD in its place would train wrong."""
+
+    def step(self, closure=None):
+        for g in self.param_groups:
+            for p in g["params"]:
+                p.data.add_(p.grad.sign(), alpha=-g["lr"])
+
+
+def _with_option(opt, key, value):
+    opt.param_groups[0][key] = value
+    return opt
+
+
+def _hooked(opt):
+    opt.register_step_pre_hook(lambda *a: None)
+    return opt
+
+
 @pytest.mark.parametrize("make, match", [
     (lambda m: torch.optim.RMSprop(m.parameters()), "RMSprop is not supported"),
-    (lambda m: torch.optim.SGD([{"params": m.net[0].parameters(), "lr": 0.1},
-                                {"params": m.net[2].parameters(), "lr": 0.2}]), "2 parameter groups"),
     (lambda m: torch.optim.Adam(m.parameters(), amsgrad=True), "amsgrad"),
+    (lambda m: SignSGD(m.parameters(), lr=0.1), "SignSGD subclasses torch.optim.SGD and defines step"),
+    (lambda m: _with_option(torch.optim.SGD(m.parameters(), lr=0.1), "layer_decay", 0.5),
+     "option 'layer_decay' is not one of torch.optim's"),
+    (lambda m: _hooked(torch.optim.SGD(m.parameters(), lr=0.1)), "step hooks"),
 ])
 def test_unsupported_optimizers_are_refused(make, match):
     model = _mlp()
@@ -174,3 +195,116 @@ def test_train_mode_dropout_is_refused():
     with pytest.raises(sft.SftError, match="Dropout.*train mode"):
         sft.compile_train_step(model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1),
                                MLP_BATCH)
+
+
+def _run(step, opt, sched, batches):
+    """Compiled steps with `sched.step()` after each, as a training loop calls them."""
+    for b in batches:
+        step(*b)
+        if sched is not None:
+            sched.step()
+
+
+def _eager_sched(model, loss_fn, opt, sched, batches):
+    for *inputs, target in batches:
+        loss_fn(model(*inputs), target).backward()
+        opt.step()
+        opt.zero_grad()
+        if sched is not None:
+            sched.step()
+
+
+@pytest.mark.parametrize("make_opt, make_sched", [
+    (SGD, lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.3)),
+    (ADAMW, lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda t: min(1.0, (t + 1) / 3))),
+    (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+     lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.2, total_steps=STEPS + 1)),
+])
+def test_a_learning_rate_schedule_acts_on_the_compiled_step(make_opt, make_sched):
+    """The hyper-parameters are inputs read at every call: a schedule (warm-up, decay, a
+    momentum cycle) trains as it does in eager."""
+    torch.manual_seed(0)
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    opt, ref_opt = make_opt(model.parameters()), make_opt(ref.parameters())
+    sched, ref_sched = make_sched(opt), make_sched(ref_opt)
+    step = sft.compile_train_step(model, F.cross_entropy, opt, MLP_BATCH)
+    batches = _batches(MLP_BATCH, 10)
+    _run(step, opt, sched, batches)
+    _eager_sched(ref, F.cross_entropy, ref_opt, ref_sched, batches)
+    _close(step.state_dict(), ref.state_dict())
+
+
+def test_a_learning_rate_of_zero_leaves_the_parameters():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = sft.compile_train_step(model, F.cross_entropy, opt, MLP_BATCH)
+    step(*MLP_BATCH)
+    before = step.state_dict()
+    opt.param_groups[0]["lr"] = 0.0
+    step(*MLP_BATCH)
+    for name, value in step.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+def test_parameter_groups_with_their_own_settings_match_torch():
+    """The usual no-decay group for biases, with its own learning rate too."""
+    def make_opt(model):
+        decay = [p for n, p in model.named_parameters() if n.endswith("weight")]
+        no_decay = [p for n, p in model.named_parameters() if n.endswith("bias")]
+        return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                                  {"params": no_decay, "weight_decay": 0.0, "lr": 3e-2}], lr=1e-2)
+
+    torch.manual_seed(0)
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    opt, ref_opt = make_opt(model), make_opt(ref)
+    step = sft.compile_train_step(model, F.cross_entropy, opt, MLP_BATCH)
+    batches = _batches(MLP_BATCH, 10)
+    _run(step, opt, None, batches)
+    _eager_sched(ref, F.cross_entropy, ref_opt, None, batches)
+    _close(step.state_dict(), ref.state_dict())
+    step.sync()
+    _close(dict(model.state_dict()), ref.state_dict())
+    for p, q in zip(model.parameters(), ref.parameters()):
+        _close(opt.state[p], {k: v for k, v in ref_opt.state[q].items()})
+
+
+def test_a_change_of_the_updates_form_is_refused_at_the_call():
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = sft.compile_train_step(model, F.cross_entropy, opt, MLP_BATCH)
+    opt.param_groups[0]["momentum"] = 0.9
+    with pytest.raises(sft.SftError, match=r"param_groups\[0\]: momentum_on changed"):
+        step(*MLP_BATCH)
+
+
+def test_eager_steps_after_sync_are_not_lost():
+    """The compiled step carries on from what eager did after sync(), not from its own copy."""
+    torch.manual_seed(0)
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    opt, ref_opt = SGD(model.parameters()), SGD(ref.parameters())
+    step = sft.compile_train_step(model, F.cross_entropy, opt, MLP_BATCH)
+    first, eager, last = (_batches(MLP_BATCH, 10, n=2, seed=s) for s in (1, 2, 3))
+    _run(step, opt, None, first)
+    step.sync()
+    _eager(model, F.cross_entropy, opt, eager)  # the user's own steps, eager
+    _run(step, opt, None, last)
+    _eager(ref, F.cross_entropy, ref_opt, [*first, *eager, *last])
+    _close(step.state_dict(), ref.state_dict())
+    _close(step.optimizer_state(), {f"momentum_buffer.{n}": ref_opt.state[p]["momentum_buffer"]
+                                    for n, p in ref.named_parameters()})
+
+
+def test_weights_loaded_into_the_model_are_used_by_the_next_step():
+    torch.manual_seed(0)
+    model, other = _mlp(), _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = sft.compile_train_step(model, F.cross_entropy, opt, MLP_BATCH)
+    step(*MLP_BATCH)
+    model.load_state_dict(other.state_dict())  # no sync: the model is the truth it changed
+    step(*MLP_BATCH)
+    ref_opt = torch.optim.SGD(other.parameters(), lr=0.1)
+    _eager(other, F.cross_entropy, ref_opt, [MLP_BATCH])
+    _close(step.state_dict(), other.state_dict())

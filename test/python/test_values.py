@@ -90,10 +90,27 @@ def test_inputs_updated_in_place_are_updated():
     assert torch.equal(x, torch.ones(3)) and torch.equal(out, torch.full((3,), 2.0))
 
 
-def test_the_users_module_keeps_its_mode():
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).train()
-    sft.compile(model, (torch.randn(2, 4),))
+def test_a_train_mode_module_computes_train_mode_outputs():
+    """Batch statistics, as eager's train mode and torch.compile compute them; the running
+    statistics are state the compiled model updates; the user's module keeps its mode."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6)).train()
+    x = torch.randn(8, 4)
+    compiled = sft.compile(model, (x,))
     assert model.training and all(m.training for m in model.modules())
+    got, want = compiled(x), model(x)
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    state = compiled.state_dict()
+    for name in ("1.running_mean", "1.running_var"):
+        np.testing.assert_allclose(state[name].numpy(), model.state_dict()[name].numpy(), rtol=1e-5)
+    assert int(state["1.num_batches_tracked"]) == 1
+
+
+def test_train_mode_dropout_is_refused_naming_eval():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).train()
+    with pytest.raises(sft.SftError, match=r"'1' is Dropout\(p=0.5\) in train mode.*model.eval\(\)"):
+        sft.compile(model, (torch.randn(2, 4),))
+    assert model.training
 
 
 def test_tanh_gelu_matches_the_exact_formula_better_than_torch_mlir_writes_it():

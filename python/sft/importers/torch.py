@@ -18,10 +18,10 @@ _FAILED_OP = re.compile(r"failed to legalize operation '([^']+)'")
 
 
 @contextlib.contextmanager
-def _evaluating(model):
-    """The model in eval mode for the export, and the user's object as it was afterwards."""
+def _modes_kept(model):
+    """The model as it is for the export (train or eval: torch.export traces what the mode
+    says), and every submodule's mode as it was afterwards."""
     modes = [(m, m.training) for m in model.modules()]
-    model.eval()
     try:
         yield model
     finally:
@@ -45,6 +45,29 @@ _UINT8_SAFE.update(f"aten.{cmp}.{kind}" for cmp in ("gt", "lt", "ge", "le", "eq"
                    for kind in ("Scalar", "Tensor"))
 # Wrapping arithmetic that stays uint8 is the same bits signed or not.
 _UINT8_WRAPPING = {f"aten.{op}.{kind}" for op in ("add", "sub", "mul") for kind in ("Scalar", "Tensor")}
+
+
+# Ops that draw random numbers: a compiled program would replay one fixed draw, or none.
+_RANDOM = ("rand", "bernoulli", "dropout", "normal", "multinomial", "uniform", "exponential")
+
+
+def refuse_train_mode_dropout(model, name: str, fix: str) -> None:
+    """An SftError naming the first dropout module in train mode with p > 0: a compiled
+    program cannot draw its random mask (yet)."""
+    import torch
+
+    for path, m in model.named_modules():
+        if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.training and m.p > 0:
+            raise SftError(f"'{path or type(m).__name__}' is {type(m).__name__}(p={m.p}) in train "
+                           f"mode: random ops are not supported in a compiled program; {fix}", name)
+
+
+def refuse_random(graph, name: str, fix: str) -> None:
+    """An SftError naming the first op of an FX graph that draws random numbers."""
+    for node in graph.nodes:
+        if node.op == "call_function" and any(r in str(node.target) for r in _RANDOM):
+            raise SftError(f"the program draws random numbers ({node.target}): not supported in a "
+                           f"compiled program; {fix}", name)
 
 
 def _dtype_of(node):
@@ -151,24 +174,28 @@ def import_torch(model, example_inputs, func_name: str = "main") -> tuple[str, S
     """Export `model` at `example_inputs`' shapes and lower it to linalg-on-tensors text whose
     function takes the model's state (parameters, buffers, lifted constants) as its first
     arguments, so that no weight is printed into the IR. Returns the text, the signature and
-    the state's values (torch tensors by name). The model's own object is left as it was (its
-    train/eval mode included)."""
+    the state's values (torch tensors by name). The model is traced in the mode it is in, as
+    torch.compile does: in train mode batch norm uses batch statistics and its running
+    statistics are state the compiled model updates; dropout in train mode is refused (a
+    compiled program draws no random numbers). The model's own object is left as it was."""
     import torch
     from torch_mlir import fx
 
     name = type(model).__name__
     if not isinstance(model, torch.nn.Module):
         raise SftError(f"expected a torch.nn.Module, got {name}")
+    refuse_train_mode_dropout(model, name, "call model.eval() for inference")
     inputs = tuple(example_inputs)
     for i, x in enumerate(inputs):
         if not isinstance(x, torch.Tensor):
             raise SftError(f"example input {i} must be a torch tensor, not {type(x).__name__}")
     try:
-        with warnings.catch_warnings(), _evaluating(model):
+        with warnings.catch_warnings(), _modes_kept(model):
             warnings.simplefilter("ignore")
             prog = torch.export.export(model, inputs, strict=False)
             prog = prog.run_decompositions(fx.get_decomposition_table())
             _refuse_wrong_uint8(prog, name)
+            refuse_random(prog.graph, name, "call model.eval() for inference")
             state = _state(prog, name)
             text = stateless_import(prog.graph, prog.graph_module, func_name)
     except SftError:

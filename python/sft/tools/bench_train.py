@@ -145,7 +145,8 @@ def _iree_step(name: str):
     case = TRAIN_SUITE[name]
     model = case.build()
     batch = case.batch()
-    graph = trace_train_step(model, case.loss, case.optimizer(model.parameters()), batch)
+    opt = case.optimizer(model.parameters())
+    graph = trace_train_step(model, case.loss, opt, batch)
     fn = load(compile_module(graph.linalg))
     names = list(graph.state)
     state = [fn.upload(to_numpy(v)) for v in graph.state.values()]
@@ -153,7 +154,8 @@ def _iree_step(name: str):
     arrays = [to_numpy(x) for x in batch]
 
     def step():
-        loss, *new = fn.call_on_device(*state, *arrays)
+        hyper = graph.update.hyper_inputs(opt)  # read at each step, as sft's step does
+        loss, *new = fn.call_on_device(*state, *arrays, *hyper)
         for i, value in zip(where, new):
             state[i] = value
         return to_host(loss)
