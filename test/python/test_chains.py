@@ -19,6 +19,7 @@ from sft.passes.reassociate import ReassociatePass
 from sft.plan import Plan
 from sft.search.chains import choose_order
 from sft.space.chains import Chain, contraction_chains
+from sft.space.kernels import contraction_kernels
 from sft.targets import get_target
 
 HOST = get_target("host")
@@ -181,3 +182,24 @@ def test_a_chain_of_three_matmuls_is_reordered_by_the_search():
     # Another order rounds differently: the error scales with the magnitudes summed (~1e3 here).
     np.testing.assert_allclose(compiled(*args).numpy(), expected, rtol=1e-4,
                                atol=1e-5 * np.abs(expected).max())
+
+
+def test_op_ids_run_across_functions_a_private_callee_included():
+    """MLIR whose @main calls a private function holding a matmul, then runs a chain of three:
+    the chain and the tiles are named by module-wide op ids, in the search, every pass and
+    sft-lower alike (per function they disagreed, and the searched plan did not apply)."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "passes" / "op_ids.mlir").read_text()
+    chains = contraction_chains(to_sft(text))
+    assert [c.op_id for c in chains] == [7] and len(chains[0].operands) == 4
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32)
+            for s in [(16, 32), (32, 64), (64, 8), (8, 128), (128, 4)]]
+    want = args[0] @ args[1] @ args[2] @ args[3] @ args[4]
+    searched = sft.compile(text, search="model")
+    assert searched.plan.orders and searched.plan.orders[0][0] == 7
+    np.testing.assert_allclose(searched(*args), want, rtol=1e-4, atol=1e-3)
+    callee = next(k for k in contraction_kernels(to_sft(text)) if k.op_id == 1)
+    tiled = sft.compile(text, plan=Plan(tiles=((1, HOST.codegen.space(callee).config(1)),)))
+    np.testing.assert_allclose(tiled(*args), want, rtol=1e-4, atol=1e-3)

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 # IREE demotes f64 to f32 by default, silently: a program's f64 arithmetic (torch-mlir computes
 # var/std through f64) must stay f64, so every target keeps it.
-KEEP_F64 = "--iree-input-demote-f64-to-f32=false"
 
 
 @dataclass(frozen=True)
@@ -245,6 +244,8 @@ def convert_input(text: str, input_type: str, timeout: float | None = None) -> s
     """A front end's program (`input_type`: stablehlo, tosa, ...) through iree-compile's input
     phase only (`--compile-to=input`): linalg on tensors, in IREE's `util.func` form. f64 is kept:
     the input phase is where IREE would demote it to f32."""
+    from ..targets.base import KEEP_F64
+
     with scratch_dir() as tmp:
         src, out = _compiler_input(tmp, text), tmp / "out.mlir"
         _run_compile([str(src), "-o", str(out), f"--iree-input-type={input_type}", KEEP_F64,

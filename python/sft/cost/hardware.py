@@ -109,3 +109,39 @@ class TargetDesc:
         data = dict(data)
         cpu = data.pop("cpu", None)
         return TargetDesc(**data, cpu=CpuModelParams(**cpu) if cpu is not None else CpuModelParams())
+
+
+@dataclass(frozen=True)
+class GpuDesc:
+    name: str
+    api: str                          # "cuda" | "hip" | "vulkan"
+    arch: str                         # as IREE names it
+    compute_units: int                # SMs or CUs
+    subgroup_size: int                # the one IREE prefers (warp / wave)
+    simds_per_cu: int                 # schedulers per SM/CU (issue slots to keep busy)
+    clock_hz: float                   # the clock the peaks below are quoted at
+    simt_f32: float                   # FLOP/s, whole chip, plain FMA
+    simt_f64: float
+    mma_flops: tuple[tuple[str, float], ...]  # (input dtype, FLOP/s whole chip), dense
+    intrinsics: tuple[str, ...]       # the `mma = [...]` list of IREE's #iree_gpu.target
+    shared_per_cu: int                # bytes of shared memory / LDS per SM/CU
+    shared_per_workgroup: int         # IREE's max_workgroup_memory_bytes
+    shared_bytes_per_clk: int         # shared memory bandwidth per SM/CU
+    registers_per_cu: int             # 32-bit registers per SM/CU
+    max_registers_per_thread: int
+    max_threads_per_cu: int
+    max_threads_per_workgroup: int
+    max_workgroups_per_cu: int
+    l2_bytes: int                     # last-level cache
+    dram_bytes: int
+    dram_bandwidth: float             # bytes/s
+    l2_bandwidth: float               # bytes/s, whole chip (estimate: not published)
+    memory_latency: float             # seconds, a DRAM load (estimate)
+    launch_overhead: float            # seconds per dispatch (estimate)
+    mma_efficiency: float = 1.0       # share of the MMA peak IREE's intrinsics can reach
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def mma_peak(self, dtype: str) -> float:
+        return dict(self.mma_flops).get(dtype, 0.0)

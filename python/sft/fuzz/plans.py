@@ -24,9 +24,8 @@ convexity rule, which is the plan's fault (check.py counts it as skipped).
 from __future__ import annotations
 
 from ..api import iree_view, to_sft
-from .. import dialect
 from ..errors import SftError
-from ..passes.common import functions, ops_of
+from ..passes.common import compute_ops
 from ..passes.expand_batch import ExpandBatchPass, expandable
 from ..passes.reassociate import ReassociatePass
 from ..plan import Plan, Tree
@@ -61,8 +60,7 @@ def draw_order(chain, ch: Chooser) -> Tree | None:
 
 
 def compute_op_count(module) -> int:
-    return sum(1 for f in functions(module) for op in ops_of(f.regions[0].blocks[0])
-               if op.name in dialect.COMPUTE_OPS)
+    return len(compute_ops(module))
 
 
 def draw_plan(sft_text: str, ch: Chooser, target: Target | str = "host", all_kernels: bool = False) -> Plan:
@@ -72,7 +70,7 @@ def draw_plan(sft_text: str, ch: Chooser, target: Target | str = "host", all_ker
     expand = tuple(i for i in expandable(module) if ch.flag(P_EXPAND))
     ExpandBatchPass(expand)(module)
     orders = []
-    for site in (s for f in functions(module) for s in chain_sites(f.regions[0].blocks[0])):
+    for site in chain_sites(module):
         tree = draw_order(site.chain, ch) if ch.flag(P_REORDER) else None
         if tree is not None:
             orders.append((site.chain.op_id, tree))

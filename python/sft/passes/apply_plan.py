@@ -14,12 +14,17 @@ from ..plan import Plan
 from .lower import OP_ID
 
 
-def _ops_by_id(block) -> dict[int, object]:
+def _ops_by_id(module) -> dict[int, tuple[object, object]]:
+    """op id -> (the op sft-lower stamped with it, its function's block), module-wide."""
     found = {}
-    for op in block.operations:
-        op = op.operation
-        if OP_ID in op.attributes:
-            found[iree_ir.IntegerAttr(op.attributes[OP_ID]).value] = op
+    for func in module.body.operations:
+        if func.operation.name != "func.func":
+            continue
+        block = func.regions[0].blocks[0]
+        for op in block.operations:
+            op = op.operation
+            if OP_ID in op.attributes:
+                found[iree_ir.IntegerAttr(op.attributes[OP_ID]).value] = (op, block)
     return found
 
 
@@ -81,27 +86,26 @@ class ApplyPlanPass:
 
     def __call__(self, module) -> None:
         with module.context, iree_ir.Location.unknown():
-            for func in module.body.operations:
-                if func.operation.name != "func.func":
-                    continue
-                block = func.regions[0].blocks[0]
-                ops = _ops_by_id(block)
-                for op_id, tiles in self.plan.tiles:
-                    if op_id not in ops:
-                        raise IllegalPlan(f"plan tiles op {op_id}, which the program does not have")
-                    if not _reductions_innermost(ops[op_id]):
-                        raise IllegalPlan(f"plan tiles op {op_id}, whose summed loops are not "
-                                          "innermost: IREE reorders its loops, the tiles would not apply")
-                    ops[op_id].attributes["compilation_info"] = iree_ir.Attribute.parse(tiles.attribute())
-                for group in self.plan.groups:
-                    missing = [i for i in group if i not in ops]
-                    if missing:
-                        raise IllegalPlan(f"plan groups ops {missing}, which the program does not have")
-                    if any(ops[i].name == "tensor.pad" for i in group):
-                        # IREE leaves a padded tensor's interior unwritten in such a region
-                        raise IllegalPlan(f"fusion group {list(group)} holds a pad, which IREE "
-                                          "miscompiles inside a dispatch region")
-                    _wrap_group(block, [ops[i] for i in group], group)
+            found = _ops_by_id(module)
+            ops = {i: op for i, (op, _) in found.items()}
+            for op_id, tiles in self.plan.tiles:
+                if op_id not in ops:
+                    raise IllegalPlan(f"plan tiles op {op_id}, which the program does not have")
+                if not _reductions_innermost(ops[op_id]):
+                    raise IllegalPlan(f"plan tiles op {op_id}, whose summed loops are not "
+                                      "innermost: IREE reorders its loops, the tiles would not apply")
+                ops[op_id].attributes["compilation_info"] = iree_ir.Attribute.parse(tiles.attribute())
+            for group in self.plan.groups:
+                missing = [i for i in group if i not in ops]
+                if missing:
+                    raise IllegalPlan(f"plan groups ops {missing}, which the program does not have")
+                if any(found[i][1] != found[group[0]][1] for i in group):
+                    raise IllegalPlan(f"fusion group {list(group)} spans functions")
+                if any(ops[i].name == "tensor.pad" for i in group):
+                    # IREE leaves a padded tensor's interior unwritten in such a region
+                    raise IllegalPlan(f"fusion group {list(group)} holds a pad, which IREE "
+                                      "miscompiles inside a dispatch region")
+                _wrap_group(found[group[0]][1], [ops[i] for i in group], group)
             for op in _walk(module):
                 if OP_ID in op.attributes:
                     del op.attributes[OP_ID]

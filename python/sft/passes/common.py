@@ -13,6 +13,17 @@ def ops_of(block):
     return [op.operation for op in block.operations]
 
 
+def compute_ops(module) -> list:
+    """The sft compute ops of the whole module, function after function, each in order. An
+    op's position here is its id: the one plans, the search space, every pass that takes op ids,
+    sft-lower's `sft.op` stamps and the reports use (a module with private functions
+    included). Ops a pass inserts move the ids after them (see low_precision.renumber)."""
+    from .. import dialect
+
+    return [op for func in functions(module) for op in ops_of(func.regions[0].blocks[0])
+            if op.name in dialect.COMPUTE_OPS]
+
+
 def tensor_type(value):
     return tm.RankedTensorType(value.type) if isinstance(value.type, tm.RankedTensorType) else None
 

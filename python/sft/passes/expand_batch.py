@@ -19,7 +19,7 @@ from .. import dialect
 from ..errors import IllegalPlan
 from ..ir import tm
 from . import indexing as ix
-from .common import element_type, functions, has_uses, map_list, maps_attr, ops_of, static_shape
+from .common import compute_ops, element_type, has_uses, map_list, maps_attr, static_shape
 
 
 def _plain(op) -> list[list[int]] | None:
@@ -140,21 +140,16 @@ class ExpandBatchPass:
 
     def __call__(self, module) -> None:
         with module.context, tm.Location.unknown():
-            for func in functions(module):
-                compute = [op for op in ops_of(func.regions[0].blocks[0]) if op.name in dialect.COMPUTE_OPS]
-                for op_id in self.ops:
-                    if op_id >= len(compute) or batch_splits(compute[op_id]) is None:
-                        raise IllegalPlan(f"plan expands the batch of op {op_id}, which is not a "
-                                          "contraction over a collapsed batch")
-                for op_id in self.ops:
-                    expand(compute[op_id], batch_splits(compute[op_id]))
+            compute = compute_ops(module)
+            for op_id in self.ops:
+                if not 0 <= op_id < len(compute) or batch_splits(compute[op_id]) is None:
+                    raise IllegalPlan(f"plan expands the batch of op {op_id}, which is not a "
+                                      "contraction over a collapsed batch")
+            for op_id in self.ops:
+                expand(compute[op_id], batch_splits(compute[op_id]))
 
 
 def expandable(module) -> tuple[int, ...]:
     """Op ids of the contractions sft-expand-batch can rewrite."""
-    found = []
     with module.context:
-        for func in functions(module):
-            compute = [op for op in ops_of(func.regions[0].blocks[0]) if op.name in dialect.COMPUTE_OPS]
-            found += [i for i, op in enumerate(compute) if batch_splits(op) is not None]
-    return tuple(found)
+        return tuple(i for i, op in enumerate(compute_ops(module)) if batch_splits(op) is not None)

@@ -22,7 +22,7 @@ from .. import dialect
 from ..errors import IllegalPlan
 from ..ir import tm
 from ..plan import LOW_PRECISION_TYPES
-from .common import element_type, functions, maps_attr, ops_of, static_shape
+from .common import compute_ops, element_type, maps_attr, static_shape
 
 
 def _low_type(name: str):
@@ -32,12 +32,6 @@ def _low_type(name: str):
 def _is_f32(value) -> bool:
     return isinstance(element_type(value), tm.F32Type)
 
-
-def _compute_ops(module) -> list:
-    """The module's sft compute ops in order, numbered across its functions as sft-lower
-    stamps them (the numbering plans use)."""
-    return [op for func in functions(module) for op in ops_of(func.regions[0].blocks[0])
-            if op.name in dialect.COMPUTE_OPS]
 
 
 def castable(module) -> dict[int, tuple[tuple[int, bool], ...]]:
@@ -50,7 +44,7 @@ def castable(module) -> dict[int, tuple[tuple[int, bool], ...]]:
     dispatches where its f32 one has 2); a cast of a computed value joins its producer's."""
     found = {}
     with module.context:
-        for op_id, op in enumerate(_compute_ops(module)):
+        for op_id, op in enumerate(compute_ops(module)):
             ins = dialect.inputs(op)
             if op.name == "sft.contract" and _is_f32(op.results[0]) and all(map(_is_f32, ins)):
                 found[op_id] = tuple((_elements(v), _from_argument(v)) for v in ins)
@@ -122,7 +116,7 @@ class LowPrecisionPass:
         if not self.ops:
             return
         with module.context, tm.Location.unknown():
-            compute = _compute_ops(module)
+            compute = compute_ops(module)
             chosen = []
             for op_id, dtype in self.ops:
                 if dtype not in LOW_PRECISION_TYPES:

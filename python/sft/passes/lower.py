@@ -294,8 +294,9 @@ def lower_op(op):
     return _generic(op, ins, maps[:-1], init, maps[-1], domain, op.regions[0].blocks[0], combine=kind)
 
 
-def lower_block(block) -> None:
-    index = 0
+def lower_block(block, index: int = 0) -> int:
+    """Lower a block's sft ops, stamping compute ops with `sft.op` ids from `index` on (ids
+    run across functions, as `compute_ops` counts them); returns the next id."""
     for op in ops_of(block):
         if op.name == "sft.opaque":
             inner = op.regions[0].blocks[0]
@@ -312,6 +313,7 @@ def lower_block(block) -> None:
             new.attributes[OP_ID] = tm.IntegerAttr.get(tm.IntegerType.get_signless(64), index)
             index += 1
             replace_op(op, new)
+    return index
 
 
 @dataclass(frozen=True)
@@ -322,5 +324,6 @@ class LowerPass:
 
     def __call__(self, module) -> None:
         with module.context, tm.Location.unknown():
+            index = 0
             for func in functions(module):
-                lower_block(func.regions[0].blocks[0])
+                index = lower_block(func.regions[0].blocks[0], index)

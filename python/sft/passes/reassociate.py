@@ -17,7 +17,7 @@ from ..ir import tm
 from ..plan import Tree, as_tree
 from ..space.chains import chain_sites
 from . import indexing as ix
-from .common import element_type, functions, has_uses, maps_attr
+from .common import element_type, has_uses, maps_attr
 
 
 def _contract(step, values, init, extents, ip):
@@ -77,16 +77,15 @@ class ReassociatePass:
     def __call__(self, module) -> None:
         wanted = dict(self.orders)
         with module.context, tm.Location.unknown():
-            for func in functions(module):
-                sites = {s.chain.op_id: s for s in chain_sites(func.regions[0].blocks[0])}
-                for op_id, tree in wanted.items():
-                    if op_id not in sites:
-                        raise IllegalPlan(f"plan reorders a chain at op {op_id}, which the program does not have")
-                    if not sites[op_id].chain.is_order(tree):
-                        raise IllegalPlan(f"plan gives the chain at op {op_id} the order {tree}, which is "
-                                          f"not a legal order of its {len(sites[op_id].chain.operands)} operands")
-                # Last chain first: a later chain may read an earlier one's result, which the
-                # earlier rewrite replaces (uses included) but a site's captured values would not.
-                for op_id, tree in sorted(wanted.items(), reverse=True):
-                    if tree != sites[op_id].chain.written:
-                        _rewrite(sites[op_id], tree)
+            sites = {s.chain.op_id: s for s in chain_sites(module)}
+            for op_id, tree in wanted.items():
+                if op_id not in sites:
+                    raise IllegalPlan(f"plan reorders a chain at op {op_id}, which the program does not have")
+                if not sites[op_id].chain.is_order(tree):
+                    raise IllegalPlan(f"plan gives the chain at op {op_id} the order {tree}, which is "
+                                      f"not a legal order of its {len(sites[op_id].chain.operands)} operands")
+            # Last chain first: a later chain may read an earlier one's result, which the
+            # earlier rewrite replaces (uses included) but a site's captured values would not.
+            for op_id, tree in sorted(wanted.items(), reverse=True):
+                if tree != sites[op_id].chain.written:
+                    _rewrite(sites[op_id], tree)

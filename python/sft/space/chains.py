@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .. import dialect
 from ..ir import tm
 from ..passes import indexing as ix
-from ..passes.common import element_bytes, functions, map_list, ops_of
+from ..passes.common import compute_ops, element_bytes, map_list
 from ..plan import Tree
 from .kernels import Kernel, roles_of
 
@@ -193,11 +193,12 @@ def _zero(value):
         return scalar if tm.IntegerAttr(attr).value == 0 else None
 
 
-def chain_sites(block) -> list[Site]:
-    """Chains of two or more contractions, found from the last contraction of each; a
-    contraction belongs to one chain at most. Every contraction but the last must start from
-    zero and feed nothing but the next, and every map must be plain (each index one loop)."""
-    compute = [op for op in ops_of(block) if op.name in dialect.COMPUTE_OPS]
+def chain_sites(module) -> list[Site]:
+    """Chains of two or more contractions in any function of the module, found from the last
+    contraction of each (its op id names the chain); a contraction belongs to one chain at
+    most. Every contraction but the last must start from zero and feed nothing but the next,
+    and every map must be plain (each index one loop)."""
+    compute = compute_ops(module)
     sites, used = [], []
     for op_id in reversed(range(len(compute))):
         op = compute[op_id]
@@ -216,4 +217,4 @@ def chain_sites(block) -> list[Site]:
 
 
 def contraction_chains(module) -> list[Chain]:
-    return [s.chain for func in functions(module) for s in chain_sites(func.regions[0].blocks[0])]
+    return [s.chain for s in chain_sites(module)]

@@ -31,8 +31,8 @@ import numpy as np
 
 from .kernels import Kernel
 
-if TYPE_CHECKING:  # cost.gpu imports this module; the description is only read here
-    from ..cost.gpu import GpuDesc
+if TYPE_CHECKING:  # the description is only read here
+    from ..cost.hardware import GpuDesc
 
 FIELDS = ("pipeline", "mma", "wg_m", "wg_n", "k", "sub_m", "sub_n", "subgroup", "stages", "promote")
 TF_MMA, TF_SIMT, VECTOR_DISTRIBUTE, COOP_MATRIX, SPIRV_SIMT = 1, 2, 3, 4, 5

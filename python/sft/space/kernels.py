@@ -7,10 +7,9 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from .. import dialect
 from ..ir import tm
 from ..passes import indexing as ix
-from ..passes.common import element_bytes, functions, map_list, ops_of
+from ..passes.common import compute_ops, element_bytes, map_list
 
 
 INPUT_BYTES = {"bf16": 2, "f16": 2}  # the input types a Kernel names (`Kernel.input_type`)
@@ -84,16 +83,12 @@ def in_layout(kernel: Kernel, maps: tuple[str, ...]) -> Kernel:
 def contraction_kernels(module) -> list[Kernel]:
     """Contractions whose loops split into batch, m, n and k (matmul-like); others keep IREE's
     own configuration. op ids count sft compute ops in order, as sft-lower stamps them."""
-    kernels, op_id = [], 0
-    for func in functions(module):
-        for op in ops_of(func.regions[0].blocks[0]):
-            if op.name not in dialect.COMPUTE_OPS:
-                continue
-            if op.name == "sft.contract":
-                kernel = _classify(op, op_id)
-                if kernel is not None:
-                    kernels.append(kernel)
-            op_id += 1
+    kernels = []
+    for op_id, op in enumerate(compute_ops(module)):
+        if op.name == "sft.contract":
+            kernel = _classify(op, op_id)
+            if kernel is not None:
+                kernels.append(kernel)
     return kernels
 
 

@@ -16,10 +16,12 @@ from typing import Protocol
 
 import numpy as np
 
-from ..backend.iree import KEEP_F64  # noqa: F401  (the targets that keep f64 pass it)
 from ..cost.hardware import TargetDesc
 from ..space.kernels import Kernel
 from ..space.options import ModuleOptions
+
+# iree-compile demotes f64 to f32 unless told not to; the targets that keep f64 pass this.
+KEEP_F64 = "--iree-input-demote-f64-to-f32=false"
 
 
 

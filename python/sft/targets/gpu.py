@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..cost.gpu import GpuDesc, default_row, predict
+from ..cost.gpu import default_row, predict
+from ..cost.hardware import GpuDesc
 from ..cost.hardware import TargetDesc
 from ..space.gpu import GpuSpace, gpu_space
 from ..space.kernels import INPUT_BYTES, Kernel

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 import numpy as np
 from tqdm import tqdm
 
 from ..models import BENCH_SUITE, LARGE_SUITE
+from .bench_ratios import ratios, summarize
 from .opt import run_tool
 
 
@@ -65,28 +65,6 @@ def _sft(name: str, search: str):
     compiled = sft_compile(model, inputs, search=search)  # replays the parent's search
     arrays = [x.numpy() for x in inputs]
     return lambda: compiled(*arrays)
-
-
-def _geomean(xs) -> float:
-    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
-
-
-RATIOS = ("verify_over_iree", "model_over_iree", "model_over_verify", "verify_over_best_torch")
-
-
-def ratios(times: dict) -> dict:
-    """The speed-ups a row reports, from its variants' median seconds (nan where one failed)."""
-    ratio = lambda a, b: (times[b] / times[a]) if times.get(a) and times.get(b) else float("nan")
-    torch_times = [t for t in (times.get("eager"), times.get("torch_compile")) if t]
-    return {"verify_over_iree": ratio("verify", "iree"), "model_over_iree": ratio("model", "iree"),
-            "model_over_verify": ratio("model", "verify"),
-            "verify_over_best_torch": (min(torch_times) / times["verify"])
-            if torch_times and times.get("verify") else float("nan")}
-
-
-def summarize(rows: list[dict]) -> dict:
-    return {key: _geomean([r[key] for r in rows]) for key in RATIOS}
 
 
 def _chosen(report: dict) -> str:

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from .bench import ratios, summarize
+from .bench_ratios import geomean, ratios, summarize
 from .bench_train_jax import JAX_TRAIN_SUITE
 
 
@@ -218,11 +218,6 @@ def _torch_case(name: str, rounds: int, calls: int, use_torch_compile: bool) -> 
     return row
 
 
-def _geomean(xs) -> float:
-    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
-
-
 def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = True) -> dict:
     """Time one training step of each model in `models` (names of TRAIN_SUITE: torch and JAX
     cases) under every variant; prints a table and returns every number (rows and geomean
@@ -253,7 +248,7 @@ def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = 
             print(f"  {variant} failed: {err.strip().splitlines()[-1]}", flush=True)
     summary = summarize(rows)
     for key in ("model_over_best_torch", "verify_over_jax_jit", "model_over_jax_jit"):
-        summary[key] = _geomean([r.get(key) for r in rows])
+        summary[key] = geomean([r.get(key) for r in rows])
     print("\ngeomean: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items() if not math.isnan(v)))
     print("columns: ms per training step (medians of interleaved rounds, one process per variant); "
           "ref: PyTorch eager (torch rows) or jax.jit (jax_ rows); verify/ref, model/ref: "
