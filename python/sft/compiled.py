@@ -86,16 +86,22 @@ class CompiledModel:
     def input_specs(self) -> list[tuple[tuple[int, ...], np.dtype]]:
         return list(self.signature.inputs)
 
-    def load_state_dict(self, state_dict) -> None:
+    def load_state_dict(self, state_dict, strict: bool = True):
         """New values for the model's state (a torch `state_dict()`, or any mapping of names to
         arrays), checked against the compiled shapes and dtypes and uploaded to the device.
-        Names not given keep their values; names the model does not have are an error."""
+        Names not given keep their values. Names the model does not have are an error, unless
+        `strict=False` (as torch's: they are skipped). Returns torch's
+        `(missing_keys, unexpected_keys)`."""
+        from collections import namedtuple
+
         specs = {name: (shape, dtype) for name, shape, dtype in self.signature.state}
         unknown = [k for k in state_dict if k not in specs]
-        if unknown:
+        if unknown and strict:
             known = ", ".join(list(specs)[:8]) + (", ..." if len(specs) > 8 else "")
             raise SftError(f"load_state_dict: unknown names {unknown[:5]} (the model has {known})")
         for name, value in state_dict.items():
+            if name not in specs:
+                continue
             array = to_numpy(value)
             shape, dtype = specs[name]
             if tuple(array.shape) != shape or array.dtype != dtype:
@@ -104,12 +110,18 @@ class CompiledModel:
             # Kept as a copy until the module is loaded: the caller's tensors may change meanwhile.
             self._device_state[name] = (np.array(array, copy=True) if self._loaded is None
                                         else self._loaded.upload(array))
+        keys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+        return keys([k for k in specs if k not in state_dict], unknown)
 
     def state_dict(self) -> dict:
         """The model's state as it is on the device now, as torch tensors by name."""
         return {name: to_torch(to_host(value)) for name, value in self._device_state.items()}
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise SftError(f"keyword arguments ({', '.join(kwargs)}) are not supported: the "
+                           "compiled program takes its inputs positionally, in the order of the "
+                           "example inputs")
         if self.signature.flatten is not None:
             args = tuple(self.signature.flatten(args))
         loaded = self._device()

@@ -85,12 +85,36 @@ def _is_mlir_path(model) -> bool:
                                        and "\n" not in model)
 
 
+def _torch_function(example_inputs) -> bool:
+    """Whether a plain function's example inputs are torch tensors (else it is a JAX function)."""
+    leaves = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    return any(type(x).__module__.startswith("torch") for x in leaves)
+
+
+def _FunctionModule(fn):
+    """A torch.nn.Module whose forward is `fn` (named after it in errors)."""
+    import torch
+
+    class Function(torch.nn.Module):
+        def forward(self, *args):
+            return fn(*args)
+
+    Function.__name__ = getattr(fn, "__name__", "function")
+    return Function()
+
+
 def import_model(model, example_inputs=(), donate_argnums=()) -> tuple[str, str, Signature | None, dict]:
     """(linalg text, a name for error messages, the front end's signature or None, the state
     by name) for a torch module, a JAX function, MLIR text or an .mlir path. `donate_argnums`
     (JAX functions only) as `jax.jit`'s."""
-    is_jax = callable(model) and not hasattr(model, "state_dict") and not _is_mlir_path(model) \
+    if isinstance(donate_argnums, int):  # jax.jit takes one position as an int too
+        donate_argnums = (donate_argnums,)
+    function = callable(model) and not hasattr(model, "state_dict") and not _is_mlir_path(model) \
         and not isinstance(model, str)
+    # a plain function of torch tensors is compiled as torch.compile takes one: as a module
+    is_jax = function and not _torch_function(example_inputs)
+    if function and not is_jax:
+        model = _FunctionModule(model)
     if donate_argnums and not is_jax:
         raise SftError("donate_argnums is for JAX functions: a torch module's state stays on "
                        "the device already (compile_train_step for training)")

@@ -17,7 +17,7 @@ import time
 from .api import compile_prepared
 from .compiled import CompiledModel
 from .errors import SftError
-from .importers.torch_train import TrainGraph, optimizer_state, trace_train_step
+from .importers.torch_train import TrainGraph, canonical_names, optimizer_state, trace_train_step
 from .plan import Plan
 from .program import program_from
 
@@ -43,6 +43,7 @@ class TrainStep:
         self._homes = {n: _home(model, n) for n in (*graph.parameters, *graph.buffers)}
         self._params = {n: self._homes[n][0][self._homes[n][1]] for n in graph.parameters}
         self._seen = self._versions()
+        self._canonical = canonical_names(model)
 
     def __call__(self, *batch):
         """One training step on `batch = (*inputs, target)`; returns the loss (0-d, of the kind
@@ -72,7 +73,9 @@ class TrainStep:
         """The model's state as it is on the device now: trained parameters, frozen ones and
         buffers, as torch tensors by the model's names (what `model.state_dict()` holds)."""
         every = self.compiled.state_dict()
-        return {n: every[n] for n in (*self._graph.parameters, *self._graph.buffers)}
+        # by every name model.state_dict() has: a tied parameter under each of its names
+        return {n: every[self._canonical.get(n, n)] for n in self._model.state_dict()
+                if self._canonical.get(n, n) in every}
 
     def optimizer_state(self) -> dict:
         """The optimizer's state on the device: `<slot>.<param>` tensors and `step`."""

@@ -338,3 +338,15 @@ def test_wrong_example_args():
     with pytest.raises(SftError, match="key<fry> is not supported") as exc:
         sft.compile(lambda key: jax.random.normal(key, (3,)), (jax.random.key(0),))
     _one_line(exc)
+
+
+def test_donate_argnums_may_be_one_int_as_in_jax_jit():
+    def sgd(params, x):
+        grads = jax.grad(lambda p: jnp.sum(mlp(p, x) ** 2))(params)
+        return jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads)
+
+    params, x = mlp_params(), jnp.ones((8, 32))
+    want = jax.jit(sgd)(params, x)
+    got = sft.compile(sgd, (params, x), donate_argnums=0)(mlp_params(), x)
+    for leaf, ref in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(np.asarray(leaf), np.asarray(ref), rtol=1e-5, atol=1e-6)

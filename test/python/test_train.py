@@ -308,3 +308,69 @@ def test_weights_loaded_into_the_model_are_used_by_the_next_step():
     ref_opt = torch.optim.SGD(other.parameters(), lr=0.1)
     _eager(other, F.cross_entropy, ref_opt, [MLP_BATCH])
     _close(step.state_dict(), other.state_dict())
+
+
+class _Tied(torch.nn.Module):
+    """A language model whose output head is its token embedding (as Hugging Face GPT-2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, 16)
+        self.mid = torch.nn.Linear(16, 16)
+        self.head = torch.nn.Linear(16, 32, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.mid(self.emb(x))))
+
+
+class _Unused(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(32, 10), torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.a(x)
+
+
+class _Captured(torch.nn.Module):
+    """A plain tensor attribute (no buffer): torch.export lifts it as a constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(32, 10)
+        self.scale = torch.linspace(0.5, 2.0, 10)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+_TOKENS = (torch.randint(0, 32, (2, 5)), torch.randint(0, 32, (2, 5)))
+_CLASS_WEIGHTS = torch.linspace(1.0, 3.0, 10)
+
+
+@pytest.mark.parametrize("build, loss_fn, example, classes", [
+    (_Tied, _gpt_loss, _TOKENS, 32),
+    (_Unused, F.cross_entropy, MLP_BATCH, 10),
+    (_Captured, F.cross_entropy, MLP_BATCH, 10),
+    (_mlp, torch.nn.CrossEntropyLoss(weight=_CLASS_WEIGHTS), MLP_BATCH, 10),
+    (_mlp, lambda out, t: F.cross_entropy(out, t, weight=_CLASS_WEIGHTS), MLP_BATCH, 10),
+], ids=["tied-weights", "unused-parameter", "captured-attribute", "loss-module-weights",
+        "loss-closure-weights"])
+def test_the_loops_people_write_train_as_in_eager(build, loss_fn, example, classes):
+    step, model, *_ = _check(build, SGD, loss_fn, example, classes)
+    assert set(step.state_dict()) == set(model.state_dict())  # tied: under both names
+
+
+def test_a_loss_returning_loss_and_aux_gives_both():
+    def loss_fn(out, target):
+        return F.cross_entropy(out, target), out.argmax(-1)
+
+    torch.manual_seed(0)
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    step = sft.compile_train_step(model, loss_fn, SGD(model.parameters()), MLP_BATCH)
+    loss, pred = step(*MLP_BATCH)
+    ref_loss, ref_pred = loss_fn(ref(MLP_BATCH[0]), MLP_BATCH[1])
+    np.testing.assert_allclose(loss.item(), ref_loss.item(), rtol=1e-5)
+    assert pred.dtype == ref_pred.dtype and torch.equal(pred, ref_pred)

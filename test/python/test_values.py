@@ -230,3 +230,37 @@ def test_an_op_with_more_results_than_opaque_slots_is_carried():
     for got, want in zip(outs, (x, 2 * x, x * x, 2 * x, x.astype(np.int32))):
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_plain_torch_function_compiles_as_a_module():
+    fn = lambda x, y: torch.tanh(x) @ y  # noqa: E731
+    x, y = torch.randn(4, 8), torch.randn(8, 3)
+    np.testing.assert_allclose(sft.compile(fn, (x, y))(x, y).numpy(), fn(x, y).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_bare_tensor_is_the_one_input_with_a_note():
+    model, x = torch.nn.Linear(8, 3), torch.randn(4, 8)
+    with pytest.warns(UserWarning, match=r"taken as the one input \(x,\)"):
+        compiled = sft.compile(model, x)
+    np.testing.assert_allclose(compiled(x).numpy(), model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_load_state_dict_strict_false_skips_unknown_names_as_torch_does():
+    model, x = torch.nn.Linear(8, 3), torch.randn(4, 8)
+    compiled = sft.compile(model, (x,))
+    other = torch.nn.Linear(8, 3)
+    keys = compiled.load_state_dict({**other.state_dict(), "extra": torch.zeros(1)}, strict=False)
+    assert keys.unexpected_keys == ["extra"] and keys.missing_keys == []
+    np.testing.assert_allclose(compiled(x).numpy(), other(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(sft.SftError, match="unknown names"):
+        compiled.load_state_dict({"extra": torch.zeros(1)})
+
+
+def test_keyword_arguments_and_meta_tensors_are_one_line_errors():
+    model, x = torch.nn.Linear(8, 3), torch.randn(4, 8)
+    with pytest.raises(sft.SftError, match=r"keyword arguments \(input\) are not supported"):
+        sft.compile(model, (x,))(input=x)
+    with pytest.raises(sft.SftError, match="example input 0 is a meta tensor"):
+        sft.compile(model, (torch.empty(4, 8, device="meta"),))
+    with pytest.raises(sft.SftError, match="'weight' is a meta tensor"):
+        sft.compile(torch.nn.Linear(8, 3, device="meta"), (x,))

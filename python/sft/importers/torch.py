@@ -75,12 +75,32 @@ def _dtype_of(node):
     return getattr(val, "dtype", None)
 
 
+def _float_to_uint8_through_int32(graph) -> None:
+    """torch-mlir lowers a float -> uint8 conversion to `arith.fptosi f32 to i8`, which LLVM
+    leaves undefined for 128..255: IREE's AVX2 code saturates them to 127 (AVX-512's happened
+    to wrap). Converted through int32 (in range) and truncated, the bits are torch's."""
+    import torch
+
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target != torch.ops.prims.convert_element_type.default:
+            continue
+        source, dtype = node.args[0], node.args[1]
+        if dtype != torch.uint8 or _dtype_of(source) is None or not _dtype_of(source).is_floating_point:
+            continue
+        with graph.inserting_before(node):
+            wide = graph.call_function(torch.ops.prims.convert_element_type.default, (source, torch.int32))
+        wide.meta["val"] = source.meta["val"].to(torch.int32)
+        node.args = (wide, dtype)
+
+
 def stateless_import(graph, gm, func_name: str) -> str:
     """linalg-on-tensors text of an FX graph whose placeholders are all arguments. torch-mlir's
     lowering of 8-bit integer programs can print an error and segfault: those run in a child."""
     import torch
     from torch_mlir import fx
 
+    _float_to_uint8_through_int32(graph)
+    gm.recompile()
     if any(_dtype_of(n) in (torch.int8, torch.uint8) for n in graph.nodes):
         raw = fx.stateless_fx_import(gm, output_type="raw", model_name=func_name)
         return lower_isolated(raw.operation.get_asm(enable_debug_info=False))
@@ -185,10 +205,24 @@ def import_torch(model, example_inputs, func_name: str = "main") -> tuple[str, S
     if not isinstance(model, torch.nn.Module):
         raise SftError(f"expected a torch.nn.Module, got {name}")
     refuse_train_mode_dropout(model, name, "call model.eval() for inference")
+    if isinstance(example_inputs, torch.Tensor):  # what most users mean by a bare tensor
+        warnings.warn("sft.compile: example_inputs is one tensor, taken as the one input (x,); "
+                      "pass a tuple to silence this", stacklevel=4)
+        example_inputs = (example_inputs,)
+    if isinstance(example_inputs, dict):
+        raise SftError("example_inputs must be a tuple of positional inputs; keyword inputs are "
+                       "not supported (write a forward that takes them positionally)", name)
     inputs = tuple(example_inputs)
     for i, x in enumerate(inputs):
         if not isinstance(x, torch.Tensor):
             raise SftError(f"example input {i} must be a torch tensor, not {type(x).__name__}")
+        if x.is_meta:
+            raise SftError(f"example input {i} is a meta tensor: sft runs the model's export on "
+                           "real values; pass a tensor on the CPU (torch.empty works)", name)
+    meta = next((n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta), None)
+    if meta is not None:
+        raise SftError(f"the model's '{meta}' is a meta tensor: it has no values to compile with; "
+                       "load weights first (model.to_empty(device='cpu') then load_state_dict)", name)
     try:
         with warnings.catch_warnings(), _modes_kept(model):
             warnings.simplefilter("ignore")

@@ -16,6 +16,7 @@ tensor the step changes. The optimizer's hyper-parameters are inputs after the b
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
 
@@ -123,7 +124,7 @@ def trace_train_step(model, loss_fn, optimizer, example_batch,
     except Exception as exc:  # aot_autograd, make_fx or torch-mlir failed: name the op where we can
         raise import_error(exc, name, "trace the training step") from None
     signature = Signature(tuple(spec_of(x) for x in (*batch, *hyper)),
-                          (Result("output"), *[Result("state", n) for n in results]),
+                          (*[Result("output")] * (1 + len(joint.aux)), *[Result("state", n) for n in results]),
                           None, tuple((n, *spec_of(v)) for n, v in state.items()))
     return TrainGraph(text, signature, state, tuple(trained), tuple(fixed), update, len(batch))
 
@@ -151,10 +152,12 @@ def _step_function(joint, update: Update, state_names: list[str], batch_size: in
             h = dict(zip(HYPER[update.kind], hyper[i * per_group:(i + 1) * per_group]))
             for k in group.params:
                 mine = {slot: values[f"{slot}.{k}"] for slot in update.slots(group)}
-                new[k], mine = apply_update(update, group, h, values[k], by_name[joint.grads[k]],
+                grad = sum(by_name[g] for g in joint.grads[k][1:]) + by_name[joint.grads[k][0]] \
+                    if len(joint.grads[k]) > 1 else by_name[joint.grads[k][0]]  # tied: every use's
+                new[k], mine = apply_update(update, group, h, values[k], grad,
                                             mine, counted if update.kind == "adam" else step)
                 new.update({f"{slot}.{k}": v for slot, v in mine.items()})
-        return (by_name[joint.loss], *[new[k] for k in trained],
+        return (by_name[joint.loss], *[by_name[a] for a in joint.aux], *[new[k] for k in trained],
                 *[by_name[joint.mutated[b]] for b in mutated], *[new[k] for k in slots], counted)
 
     return step_fn
@@ -163,18 +166,53 @@ def _step_function(joint, update: Update, state_names: list[str], batch_size: in
 @dataclass
 class _Joint:
     """aot_autograd's joint graph of the model and its loss: `gm(*parameters, *buffers, *batch)`
-    returns the outputs named `outputs`: buffer updates, the loss, the gradients."""
+    returns the outputs named `outputs`: buffer updates, the loss, the loss function's other
+    results (`aux`, detached), the gradients. Parameters are named as the model's
+    `named_parameters()` names them: a tied parameter (one tensor under two names) is one
+    parameter, its gradient the sum of its uses'."""
 
     gm: object
     parameters: list[str]
     buffers: list[str]
     outputs: list[str]
     loss: str
-    grads: dict      # parameter name -> output name
+    aux: list[str]
+    grads: dict      # parameter name -> output names (more than one for a tied parameter)
     mutated: dict    # buffer name -> output name
 
 
+@contextlib.contextmanager
+def _real_tensors_as_constants():
+    """Tensors the model or the loss captures (a plain tensor attribute, a loss's class weights
+    in a closure) traced as constants of the graph, as torch.export lifts them; aot_autograd
+    otherwise refuses any tensor it did not make fake itself (the thread-local override is
+    dynamo's own way to allow them)."""
+    from torch._subclasses.fake_tensor import fake_tensor_tls
+
+    old = fake_tensor_tls.allow_non_fake_inputs_override
+    fake_tensor_tls.allow_non_fake_inputs_override = True
+    try:
+        yield
+    finally:
+        fake_tensor_tls.allow_non_fake_inputs_override = old
+
+
+@contextlib.contextmanager
+def _frozen(params):
+    """`params` with requires_grad off for the trace (and as they were afterwards)."""
+    was = [(p, p.requires_grad) for p in params]
+    try:
+        for p, _ in was:
+            p.requires_grad_(False)
+        yield
+    finally:
+        for p, flag in was:
+            p.requires_grad_(flag)
+
+
 def _joint(model, loss_fn, batch, decompositions, name: str) -> _Joint:
+    """Trace the joint graph. Parameters the loss does not reach (eager gives them no gradient
+    and the optimizer leaves them) are traced as frozen: aot_autograd refuses them otherwise."""
     import torch
     from torch._functorch.aot_autograd import aot_export_module
 
@@ -185,18 +223,57 @@ def _joint(model, loss_fn, batch, decompositions, name: str) -> _Joint:
             self._loss = (loss_fn,)  # a tuple: not registered as a child module
 
         def forward(self, *args):
-            loss = self._loss[0](self.model(*args[:-1]), args[-1])
+            out = self._loss[0](self.model(*args[:-1]), args[-1])
+            loss, aux = (out[0], tuple(out[1:])) if isinstance(out, (tuple, list)) and out else (out, ())
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                raise SftError(f"loss_fn must return a 0-d tensor, got "
-                               f"{getattr(loss, 'shape', type(loss).__name__)}", name)
-            return (loss,)
+                raise SftError(f"loss_fn must return a 0-d tensor (or a tuple starting with one), "
+                               f"got {getattr(loss, 'shape', type(loss).__name__)}", name)
+            if not all(isinstance(a, torch.Tensor) for a in aux):
+                raise SftError("loss_fn's other results must be tensors", name)
+            return (loss, *(a.detach() for a in aux))
 
-    gm, sig = aot_export_module(WithLoss(), batch, trace_joint=True, output_loss_index=0,
-                                decompositions=decompositions)
-    strip = lambda n: n[len("model."):] if n.startswith("model.") else n
+    def trace(joint: bool):
+        with _real_tensors_as_constants():
+            return aot_export_module(WithLoss(), batch, trace_joint=joint,
+                                     output_loss_index=0 if joint else None,
+                                     decompositions=decompositions)
+
+    try:
+        gm, sig = trace(True)
+    except (RuntimeError, AssertionError) as exc:  # torch asserts it
+        if "did not receive a gradient" not in str(exc):
+            raise
+        unused = _unused_parameters(*trace(False))
+        if not unused:
+            raise SftError("a parameter receives no gradient from the loss (one the loss reads "
+                           "only through an op without a derivative?); freeze it with "
+                           "requires_grad_(False)", name) from None
+        with _frozen([p for n, p in model.named_parameters(remove_duplicate=False) if n in unused]):
+            gm, sig = trace(True)
+    canonical = canonical_names(model)
+    strip = lambda n: canonical.get(n[len("model."):] if n.startswith("model.") else n, n)
     output = next(n for n in gm.graph.nodes if n.op == "output")
     outputs = [n.name for n in output.args[0]]
+    grads = {}
+    for out, param in sig.backward_signature.gradients_to_parameters.items():
+        grads.setdefault(strip(param), []).append(out)
     return _Joint(gm, [strip(n) for n in sig.parameters], [strip(n) for n in sig.buffers], outputs,
-                  sig.user_outputs[0],
-                  {strip(p): o for o, p in sig.backward_signature.gradients_to_parameters.items()},
+                  sig.user_outputs[0], list(sig.user_outputs[1:]), grads,
                   {strip(b): o for o, b in sig.buffers_to_mutate.items()})
+
+
+def canonical_names(model) -> dict:
+    """Every name of a parameter or buffer (tied ones under each of theirs) -> the name
+    `named_parameters()` / `named_buffers()` give it."""
+    names = {}
+    for every, first in ((model.named_parameters(remove_duplicate=False), model.named_parameters()),
+                         (model.named_buffers(remove_duplicate=False), model.named_buffers())):
+        by_id = {id(t): n for n, t in first}
+        names.update({n: by_id[id(t)] for n, t in every})
+    return names
+
+
+def _unused_parameters(gm, sig) -> set:
+    """The model's parameter names whose placeholders in a forward graph nothing reads."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return {p[len("model."):] for p, node in zip(sig.parameters, placeholders) if not node.users}
