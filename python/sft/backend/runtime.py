@@ -101,3 +101,11 @@ def gpu_devices(drivers=GPU_DRIVERS, timeout: float = 60.0) -> list[dict]:
         return json.loads(proc.stdout) if proc.returncode == 0 else []
     except (subprocess.TimeoutExpired, OSError, ValueError):
         return []
+
+
+def silence_exit_leak_report() -> None:
+    """No nanobind leak report at interpreter exit: runtime objects that a cache holds until
+    then (Dynamo's compiled graphs) are freed after the bindings' own check runs."""
+    from iree.runtime import _binding
+
+    _binding.disable_leak_checker()
