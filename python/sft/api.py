@@ -304,8 +304,11 @@ def compile(model, example_inputs=(), target: Target | str = "host", plan: Plan 
     """
     target = get_target(target)  # before the import, which can take a while
     check_precision(precision, search)
-    return compile_prepared(*prepare(model, example_inputs, donate_argnums), target, plan, search,
-                            keep_ir, precision)
+    compiled = compile_prepared(*prepare(model, example_inputs, donate_argnums), target, plan,
+                                search, keep_ir, precision)
+    if hasattr(model, "modules") and hasattr(model, "training"):  # a torch module
+        compiled.watch_mode(model)
+    return compiled
 
 
 def compile_prepared(program: Program, module, target: Target | str = "host", plan: Plan | None = None,

@@ -52,6 +52,7 @@ class CompiledModel:
 
     def __post_init__(self):
         self._loaded = None
+        self._mode = None
         self._device_state: dict = {}  # name -> device array, or a host array not yet uploaded
         try:  # loaded now where its device is here: the state goes straight to it, uncopied
             self._device()
@@ -59,6 +60,20 @@ class CompiledModel:
             pass  # no such device here: the state waits as a host copy (GPT-2 small: +550 MB)
         self.load_state_dict(self.state)
         self.state = {}  # the device holds it now; state_dict() reads it back
+
+    def watch_mode(self, model) -> None:
+        """Refuse calls once `model`'s train/eval mode differs from the one compiled in (as
+        torch.compile's guards would compile again): never the other mode's results silently."""
+        import weakref
+
+        self._mode = (weakref.ref(model), tuple(m.training for m in model.modules()))
+
+    def _check_mode(self) -> None:
+        model = self._mode[0]()
+        if model is not None and tuple(m.training for m in model.modules()) != self._mode[1]:
+            raise SftError("the model's train/eval mode changed since it was compiled (the mode is "
+                           "compiled in: batch norm's statistics, dropout); compile it again in "
+                           "this mode")
 
     def _device(self):
         """The module loaded on its device (the first time: loaded, and the state uploaded)."""
@@ -122,6 +137,8 @@ class CompiledModel:
             raise SftError(f"keyword arguments ({', '.join(kwargs)}) are not supported: the "
                            "compiled program takes its inputs positionally, in the order of the "
                            "example inputs")
+        if self._mode is not None:
+            self._check_mode()
         if self.signature.flatten is not None:
             args = tuple(self.signature.flatten(args))
         loaded = self._device()

@@ -57,6 +57,15 @@ def backend(gm, example_inputs, options: dict | None = None, mode: str | None = 
     if unknown:
         raise SftError(f"torch.compile(backend='sft'): unknown option {unknown[0]!r} "
                        f"(options: {', '.join(_OPTIONS)})")
+    from .api import check_precision
+    from .targets import get_target
+
+    search = options.get("search", "none")
+    if search not in ("none", "model", "verify"):
+        raise SftError(f"torch.compile(backend='sft'): search must be 'none', 'model' or 'verify', "
+                       f"not {search!r}")
+    check_precision(options.get("precision", "f32"), search)
+    options["target"] = get_target(options.get("target", "host"))
     compiler = lambda graph, inputs: compile_graph(graph, inputs, **options)  # noqa: E731
     return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
                         decompositions=fx.get_decomposition_table())(gm, example_inputs)
@@ -90,7 +99,12 @@ def _compile_graph(gm, example_inputs, search: str, target, precision: str):
                           "this graph runs eager (torch.compile(..., dynamic=False) keeps shapes "
                           "static)", stacklevel=2)
             return eager
-        specs.append((tuple(x.shape), _numpy_dtype(x.dtype)))
+        try:
+            specs.append((tuple(x.shape), _numpy_dtype(x.dtype)))
+        except TypeError:
+            warnings.warn(f"sft: graph input {i} is {x.dtype}, which sft does not compile; this "
+                          "graph runs eager", stacklevel=2)
+            return eager
     output = next(n for n in gm.graph.nodes if n.op == "output")
     results = list(output.args[0]) if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
     # None results (no gradient for an input that needs none) are not the program's: kept aside

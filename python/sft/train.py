@@ -44,6 +44,8 @@ class TrainStep:
         self._params = {n: self._homes[n][0][self._homes[n][1]] for n in graph.parameters}
         self._seen = self._versions()
         self._canonical = canonical_names(model)
+        self._count = float(graph.state["step"])  # the step count, mirrored on the host
+        self._traced = _traced_as(model)
 
     def __call__(self, *batch):
         """One training step on `batch = (*inputs, target)`; returns the loss (0-d, of the kind
@@ -51,9 +53,13 @@ class TrainStep:
         if len(batch) != self._graph.batch_size:
             raise SftError(f"expected a batch of {self._graph.batch_size} tensors (*inputs, "
                            f"target), got {len(batch)}")
+        if _traced_as(self._model) != self._traced:
+            raise SftError("the model's train/eval mode or which parameters require grad changed "
+                           "since the step was compiled (both are compiled in); compile the step again")
         self._upload_changes()
-        hyper = self._graph.update.hyper_inputs(self._optimizer)
+        hyper = self._graph.update.hyper_inputs(self._optimizer, self._count + 1)
         loss = self.compiled(*batch, *hyper)
+        self._count += 1
         self._optimizer._opt_called = True  # as optimizer.step() marks it for lr schedulers
         return loss
 
@@ -67,11 +73,13 @@ class TrainStep:
     @property
     def steps(self) -> int:
         """Steps taken so far (the optimizer's count, including steps before compiling)."""
-        return int(self.compiled.state_dict()["step"])
+        self._upload_changes()
+        return int(self._count)
 
     def state_dict(self) -> dict:
         """The model's state as it is on the device now: trained parameters, frozen ones and
         buffers, as torch tensors by the model's names (what `model.state_dict()` holds)."""
+        self._upload_changes()
         every = self.compiled.state_dict()
         # by every name model.state_dict() has: a tied parameter under each of its names
         return {n: every[self._canonical.get(n, n)] for n in self._model.state_dict()
@@ -79,6 +87,7 @@ class TrainStep:
 
     def optimizer_state(self) -> dict:
         """The optimizer's state on the device: `<slot>.<param>` tensors and `step`."""
+        self._upload_changes()
         every = self.compiled.state_dict()
         model = {*self._graph.parameters, *self._graph.buffers}
         return {n: v for n, v in every.items() if n not in model}
@@ -89,6 +98,7 @@ class TrainStep:
         from here; the compiled step picks up whatever eager changes after that."""
         import torch
 
+        self._upload_changes()  # what changed in the model since is kept, not overwritten
         every = self.compiled.state_dict()
         named = {n: d[key] for n, (d, key) in self._homes.items()}
         with torch.no_grad():
@@ -107,8 +117,11 @@ class TrainStep:
         self._seen = self._versions()
 
     def load_state_dict(self, state_dict) -> None:
-        """New values for any of the step's state (model names, or optimizer state names)."""
-        self.compiled.load_state_dict(state_dict)
+        """New values for any of the step's state (model names, a tied parameter under any of
+        its names, or optimizer state names)."""
+        self.compiled.load_state_dict({self._canonical.get(k, k): v for k, v in state_dict.items()})
+        if "step" in state_dict:
+            self._count = float(state_dict["step"])
 
     def _versions(self) -> dict:
         """(id, version) of each tensor of the model and the optimizer that the step's state
@@ -147,11 +160,18 @@ class TrainStep:
             upload.update({k: v for k, v in slots.items()
                            if (k.split(".", 1)[0], k.split(".", 1)[1]) in changed})
             if self._graph.update.kind == "sgd" and steps > 0:
-                # SGD keeps no count: one means "has a momentum buffer"; keep the step's own count
-                steps = max(steps, float(self.compiled.state_dict()["step"]))
+                steps = max(steps, self._count)  # SGD keeps no count: 1 means "has a buffer"
             upload["step"] = torch.tensor(steps, dtype=torch.float32)
+            self._count = steps
         self.compiled.load_state_dict(upload)
         self._seen = now
+
+
+def _traced_as(model) -> tuple:
+    """What of the model a compiled step has compiled in beyond its tensors: every module's
+    mode and every parameter's requires_grad."""
+    return (tuple(m.training for m in model.modules()),
+            tuple(p.requires_grad for p in model.parameters()))
 
 
 def _home(model, name: str) -> tuple[dict, str]:

@@ -167,7 +167,7 @@ def test_sft_compile_unknown_target_lists_the_known_ones(inputs):
     proc = subprocess.run([sys.executable, "-m", "sft.tools.compile", str(inputs / "good.mlir"),
                            "--target", "tpu"], capture_output=True, text=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip() == "sft-compile: error: unknown target 'tpu' (known: host, cuda:sm_80, cuda:sm_90, rocm:gfx942, vulkan:rdna3)"
+    assert proc.stderr.strip() == "sft-compile: error: unknown target 'tpu' (known: host, cuda:sm_80, cuda:sm_90, rocm:gfx942, vulkan:rdna3, vulkan:lavapipe)"
 
 
 def test_a_binary_input_through_the_real_command_line(inputs):

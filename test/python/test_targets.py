@@ -16,7 +16,7 @@ from sft.space.kernels import Kernel
 from sft.targets import describe_targets, get_target, target_names
 from sft.targets.cpu import CpuCodegen
 
-NAMES = ["host", "cuda:sm_80", "cuda:sm_90", "rocm:gfx942", "vulkan:rdna3"]
+NAMES = ["host", "cuda:sm_80", "cuda:sm_90", "rocm:gfx942", "vulkan:rdna3", "vulkan:lavapipe"]
 MATMUL = Kernel(0, (128, 128, 128), ("m", "n", "k"), 4,
                 ("affine_map<(d0, d1, d2) -> (d0, d2)>", "affine_map<(d0, d1, d2) -> (d2, d1)>",
                  "affine_map<(d0, d1, d2) -> (d0, d1)>"))

@@ -14,6 +14,7 @@ with methods of its own, an option torch's class does not have, step hooks) is r
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,14 +22,17 @@ import numpy as np
 from ..errors import SftError
 
 # The options of each rule, and the hyper-parameters among them that are inputs of the step.
-_OPTIONS = {"sgd": {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize"},
+_OPTIONS = {"sgd": {"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize",
+                    "fused", "differentiable"},
             "adam": {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize",
-                     "decoupled_weight_decay"}}
+                     "decoupled_weight_decay", "fused", "differentiable"}}
+# Adam's bias corrections are computed as torch computes them, in Python floats on the host
+# (from the step count after this step), and passed in: no f64 pow on the device (SPIR-V has none).
 HYPER = {"sgd": ("lr", "momentum", "dampening", "weight_decay"),
-         "adam": ("lr", "beta1", "beta2", "eps", "weight_decay")}
+         "adam": ("lr", "beta1", "eps", "weight_decay", "step_size", "bias_correction2_sqrt", "beta2")}
 # Keys that do not change the arithmetic: how torch schedules it on a device, and what learning
 # rate schedulers keep in a group (they change lr, momentum and betas, which are read anyway).
-_INERT = {"params", "foreach", "fused", "capturable", "differentiable", "name", "initial_lr",
+_INERT = {"params", "foreach", "capturable", "name", "initial_lr",
           "max_lr", "min_lr", "base_lr", "base_momentum", "max_momentum", "swa_lr"}
 # What a subclass may define without changing the update.
 _HARMLESS = {"__init__", "__setstate__", "__module__", "__qualname__", "__doc__", "__dict__",
@@ -43,7 +47,7 @@ class Group:
 
     form: tuple[tuple[str, object], ...]
     params: tuple[str, ...]
-
+    ids: tuple[int, ...] = ()  # id() of every tensor the group holds, to see one move
     def option(self, key: str):
         return dict(self.form)[key]
 
@@ -63,25 +67,26 @@ class Update:
         groups = self.groups if group is None else (group,)
         return ("momentum_buffer",) if any(g.option("momentum_on") for g in groups) else ()
 
-    def hyper_names(self) -> list[str]:
-        """The step's hyper-parameter inputs, in order: `lr[0]`, `momentum[0]`, ..."""
-        return [f"{h}[{i}]" for i in range(len(self.groups)) for h in HYPER[self.kind]]
-
-    def hyper_inputs(self, optimizer, what: str = "optimizer") -> list[np.ndarray]:
-        """The hyper-parameters as `optimizer.param_groups` holds them now (0-d float64 arrays);
-        an SftError where the groups no longer have the form the step was compiled with."""
+    def hyper_inputs(self, optimizer, step: float, what: str = "optimizer") -> list[np.ndarray]:
+        """The hyper-parameters as `optimizer.param_groups` holds them now (0-d float64 arrays),
+        for the step that makes the count `step`; an SftError where the groups no longer have
+        the form the step was compiled with, or hold other tensors."""
         if len(optimizer.param_groups) != len(self.groups):
             raise SftError(f"{what}: {len(optimizer.param_groups)} parameter groups, the step was "
                            f"compiled with {len(self.groups)}; compile the step again")
         out = []
         for i, (group, g) in enumerate(zip(self.groups, optimizer.param_groups)):
             form = _form(self.kind, g, f"{what}.param_groups[{i}]")
+            if tuple(map(id, g["params"])) != group.ids:
+                raise SftError(f"{what}.param_groups[{i}] holds other tensors than when the step "
+                               "was compiled; compile the step again")
             if form != group.form:
                 changed = [k for (k, v), (_, w) in zip(form, group.form) if v != w]
                 raise SftError(f"{what}.param_groups[{i}]: {', '.join(changed)} changed since the "
                                "step was compiled, which changes the form of the update; compile "
                                "the step again")
-            out.extend(np.array(v, dtype=np.float64) for v in _hyper(self.kind, g, group, f"{what}.param_groups[{i}]"))
+            values = _hyper(self.kind, g, group, f"{what}.param_groups[{i}]", step)
+            out.extend(np.array(v, dtype=np.float64) for v in values)
         return out
 
 
@@ -99,7 +104,9 @@ def optimizer_kind(optimizer, what: str = "optimizer") -> str:
     for cls in type(optimizer).__mro__:
         if cls in bases:
             break
-        own = sorted(k for k in vars(cls) if k not in _HARMLESS)
+        # torch wraps `step` onto a subclass itself (profiling hooks): that one is the base's
+        own = sorted(k for k, v in vars(cls).items() if k not in _HARMLESS
+                     and not (k == "step" and inspect.unwrap(v) is inspect.unwrap(base.step)))
         if own:
             raise SftError(f"{what}: {name} subclasses torch.optim.{base.__name__} and defines "
                            f"{', '.join(own[:3])}: sft compiles torch's own update and cannot "
@@ -123,8 +130,9 @@ def read_update(optimizer, trained: dict[int, str], what: str = "optimizer") -> 
     groups = []
     for i, g in enumerate(optimizer.param_groups):
         group = Group(_form(kind, g, f"{what}.param_groups[{i}]"),
-                      tuple(trained[id(p)] for p in g["params"] if id(p) in trained))
-        _hyper(kind, g, group, f"{what}.param_groups[{i}]")  # checks the values now
+                      tuple(trained[id(p)] for p in g["params"] if id(p) in trained),
+                      tuple(map(id, g["params"])))
+        _hyper(kind, g, group, f"{what}.param_groups[{i}]", 1.0)  # checks the values now
         groups.append(group)
     return Update(kind, tuple(groups))
 
@@ -135,8 +143,9 @@ def _form(kind: str, g: dict, where: str) -> tuple[tuple[str, object], ...]:
     if unknown:
         raise SftError(f"{where}: option {unknown[0]!r} is not one of torch.optim's for this "
                        "optimizer; sft cannot tell what it does")
-    if g.get("amsgrad"):
-        raise SftError(f"{where}: amsgrad=True is not supported")
+    for option in ("amsgrad", "fused", "differentiable"):  # other arithmetic than written here
+        if g.get(option):
+            raise SftError(f"{where}: {option}=True is not supported")
     form = {"maximize": bool(g.get("maximize", False))}
     if kind == "sgd":
         form.update(momentum_on=float(g["momentum"]) != 0, nesterov=bool(g["nesterov"]))
@@ -145,20 +154,23 @@ def _form(kind: str, g: dict, where: str) -> tuple[tuple[str, object], ...]:
     return tuple(sorted(form.items()))
 
 
-def _hyper(kind: str, g: dict, group: Group, where: str) -> tuple[float, ...]:
-    """The group's hyper-parameters as floats, in HYPER's order (a tensor lr read as its value)."""
+def _hyper(kind: str, g: dict, group: Group, where: str, step: float) -> tuple[float, ...]:
+    """The group's hyper-parameters as floats, in HYPER's order (a tensor lr read as its value);
+    Adam's bias corrections for the count `step`, in Python floats as torch computes them."""
     if kind == "sgd":
         values = tuple(float(g[k]) for k in HYPER["sgd"])
         if group.option("nesterov") and (values[1] <= 0 or values[2] != 0):
             raise SftError(f"{where}: nesterov needs a momentum and zero dampening")
         return values
-    beta1, beta2 = (float(b) for b in g["betas"])
-    return float(g["lr"]), beta1, beta2, float(g["eps"]), float(g["weight_decay"])
+    lr, (beta1, beta2) = float(g["lr"]), (float(b) for b in g["betas"])
+    step_size = lr / (1 - beta1 ** step)
+    return lr, beta1, float(g["eps"]), float(g["weight_decay"]), step_size, \
+        (1 - beta2 ** step) ** 0.5, beta2
 
 
 def apply_update(update: Update, group: Group, h: dict, param, grad, slots: dict, step):
     """One parameter's update under `group`'s rule; `h` holds the hyper-parameters as 0-d
-    float64 tensors (program inputs), `step` the step count (Adam: after this step). Returns
+    float64 tensors (program inputs), `step` the steps taken before this one. Returns
     (new parameter, new slots)."""
     if group.option("maximize"):
         grad = -grad
@@ -184,17 +196,14 @@ def _adam(group: Group, h: dict, param, grad, slots: dict, step):
     """torch.optim.Adam's update (AdamW's with decoupled weight decay) of one parameter."""
     import torch
 
-    lr, beta1, beta2, eps, wd = (h[k] for k in HYPER["adam"])
+    lr, beta1, eps, wd, step_size, bc2_sqrt, beta2 = (h[k] for k in HYPER["adam"])
     if group.option("decoupled_weight_decay"):
         param = param * (1 - lr * wd)
     else:
         grad = grad + wd * param
     exp_avg, exp_avg_sq = slots["exp_avg"], slots["exp_avg_sq"]
-    exp_avg = exp_avg + (1 - beta1) * (grad - exp_avg)  # lerp, as torch computes a weight < 0.5
+    exp_avg = torch.lerp(exp_avg, grad, (1 - beta1).to(grad.dtype))  # both of torch's branches
     exp_avg_sq = exp_avg_sq * beta2 + (1 - beta2) * grad * grad
-    # torch computes the bias corrections in double on the host; here in f64 in the program
-    t = step.to(torch.float64)
-    step_size = (lr / (1 - torch.pow(beta1, t))).to(param.dtype)
-    bc2_sqrt = torch.sqrt(1 - torch.pow(beta2, t)).to(param.dtype)
     denom = exp_avg_sq.sqrt() / bc2_sqrt + eps
-    return param - step_size * (exp_avg / denom), {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+    # addcdiv(exp_avg, denom, value=-step_size): the value multiplies before the division
+    return param + (-step_size * exp_avg) / denom, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}

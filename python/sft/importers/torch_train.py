@@ -17,6 +17,8 @@ tensor the step changes. The optimizer's hyper-parameters are inputs after the b
 from __future__ import annotations
 
 import contextlib
+import functools
+import operator
 import warnings
 from dataclasses import dataclass
 
@@ -56,10 +58,8 @@ def optimizer_state(optimizer, update: Update, named: dict) -> tuple[dict, float
                 slots[f"{slot}.{pname}"] = (torch.zeros_like(p) if value is None else value).detach().clone()
             if "step" in st:
                 steps.add(float(st["step"]))
-            elif st.get("momentum_buffer") is not None:
-                steps.add(1.0)  # SGD counts no steps; a buffer means it has taken one
-            else:
-                steps.add(0.0)
+            elif update.slots(group):  # SGD counts no steps; a buffer means it has taken one
+                steps.add(1.0 if st.get("momentum_buffer") is not None else 0.0)
     if len(steps) > 1:
         raise SftError("the optimizer's parameters have taken different numbers of steps")
     return slots, steps.pop() if steps else 0.0
@@ -111,7 +111,8 @@ def trace_train_step(model, loss_fn, optimizer, example_batch,
             if len(state) != len(trained) + len(fixed) + len(slots) + 1:
                 raise SftError("a model parameter or buffer is named like the optimizer's state "
                                "('step', 'exp_avg.*', ...)", name)
-            hyper = [torch.tensor(v, dtype=torch.float64) for v in update.hyper_inputs(optimizer)]
+            hyper = [torch.tensor(v, dtype=torch.float64)
+                     for v in update.hyper_inputs(optimizer, steps + 1)]
             mutated = [b for b in fixed if b in joint.mutated]
             # the trained parameters come back group by group, as the update visits them
             results = [*(k for g in update.groups for k in g.params), *mutated, *slots, "step"]
@@ -146,19 +147,17 @@ def _step_function(joint, update: Update, state_names: list[str], batch_size: in
                         *batch)
         by_name = dict(zip(joint.outputs, outs))
         step = values["step"]
-        counted = step + 1  # Adam's bias correction uses the count after this step
         new = {}
         for i, group in enumerate(update.groups):
             h = dict(zip(HYPER[update.kind], hyper[i * per_group:(i + 1) * per_group]))
             for k in group.params:
                 mine = {slot: values[f"{slot}.{k}"] for slot in update.slots(group)}
-                grad = sum(by_name[g] for g in joint.grads[k][1:]) + by_name[joint.grads[k][0]] \
-                    if len(joint.grads[k]) > 1 else by_name[joint.grads[k][0]]  # tied: every use's
-                new[k], mine = apply_update(update, group, h, values[k], grad,
-                                            mine, counted if update.kind == "adam" else step)
+                # a tied parameter's gradient is the sum of its uses'
+                grad = functools.reduce(operator.add, (by_name[g] for g in joint.grads[k]))
+                new[k], mine = apply_update(update, group, h, values[k], grad, mine, step)
                 new.update({f"{slot}.{k}": v for slot, v in mine.items()})
         return (by_name[joint.loss], *[by_name[a] for a in joint.aux], *[new[k] for k in trained],
-                *[by_name[joint.mutated[b]] for b in mutated], *[new[k] for k in slots], counted)
+                *[by_name[joint.mutated[b]] for b in mutated], *[new[k] for k in slots], step + 1)
 
     return step_fn
 
@@ -198,16 +197,25 @@ def _real_tensors_as_constants():
 
 
 @contextlib.contextmanager
-def _frozen(params):
-    """`params` with requires_grad off for the trace (and as they were afterwards)."""
-    was = [(p, p.requires_grad) for p in params]
+def _without_gradient(model, names):
+    """The parameters named `names` (the loss does not reach them) without a gradient for the
+    trace, and as they were afterwards. Under each such name the module holds, for the trace, a
+    frozen parameter sharing the storage: a tied parameter that the loss reaches under another
+    name keeps its gradient there."""
+    import torch
+
+    held = []
+    for name in names:
+        prefix, _, key = name.rpartition(".")
+        module = model.get_submodule(prefix)
+        held.append((module, key, module._parameters[key]))
     try:
-        for p, _ in was:
-            p.requires_grad_(False)
+        for module, key, p in held:
+            module._parameters[key] = torch.nn.Parameter(p.detach(), requires_grad=False)
         yield
     finally:
-        for p, flag in was:
-            p.requires_grad_(flag)
+        for module, key, p in held:
+            module._parameters[key] = p
 
 
 def _joint(model, loss_fn, batch, decompositions, name: str) -> _Joint:
@@ -248,7 +256,7 @@ def _joint(model, loss_fn, batch, decompositions, name: str) -> _Joint:
             raise SftError("a parameter receives no gradient from the loss (one the loss reads "
                            "only through an op without a derivative?); freeze it with "
                            "requires_grad_(False)", name) from None
-        with _frozen([p for n, p in model.named_parameters(remove_duplicate=False) if n in unused]):
+        with _without_gradient(model, unused):
             gm, sig = trace(True)
     canonical = canonical_names(model)
     strip = lambda n: canonical.get(n[len("model."):] if n.startswith("model.") else n, n)

@@ -152,9 +152,11 @@ def _iree_step(name: str):
     state = [fn.upload(to_numpy(v)) for v in graph.state.values()]
     where = [names.index(r.value) for r in graph.signature.results[1:]]
     arrays = [to_numpy(x) for x in batch]
+    count = [float(graph.state["step"])]
 
     def step():
-        hyper = graph.update.hyper_inputs(opt)  # read at each step, as sft's step does
+        count[0] += 1
+        hyper = graph.update.hyper_inputs(opt, count[0])  # read at each step, as sft's step does
         loss, *new = fn.call_on_device(*state, *arrays, *hyper)
         for i, value in zip(where, new):
             state[i] = value
