@@ -195,7 +195,8 @@ def searched_plan(program: Program, target: Target | str, search: str,
             # the device, their new values left there
             carried = aliases(program.signature)
             resident = tuple(sorted({*range(len(program.state)), *carried}))
-            plan = verify(report, lambda p: lower(program.module(), p)[1], target,
+            text_of = lambda p: program.linalg if p.as_imported else lower(program.module(), p)[1]  # noqa: E731
+            plan = verify(report, text_of, target,
                           program.timing_inputs(), db, progress=bar.update,
                           keep=tuple(carried.values()), resident=resident)
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
@@ -221,7 +222,7 @@ def compile_program(program: Program, module, target: Target | str = "host", pla
         seconds["search"] = time.perf_counter() - start
     plan = plan or Plan()
     try:
-        lowered, planned, artifact = _lower_and_compile(module, plan, target, seconds)
+        lowered, planned, artifact = _lower_and_compile(module, plan, target, seconds, program.linalg)
     except SftError as error:
         if report is None:
             raise
@@ -231,7 +232,7 @@ def compile_program(program: Program, module, target: Target | str = "host", pla
         for name, fallback in [*_fallbacks(report, plan), ("iree-default", Plan())]:
             try:
                 lowered, planned, artifact = _lower_and_compile(program.module(), fallback, target,
-                                                                seconds)
+                                                                seconds, program.linalg)
                 break
             except SftError:
                 if fallback == Plan():
@@ -263,9 +264,11 @@ def _fallbacks(report: SearchReport, failed: Plan, count: int = 3) -> list[tuple
     return list(found.items())[:count]
 
 
-def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict):
+def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict, imported: str):
+    """Lower `module` under `plan` (or take the front end's linalg, `imported`, for a plan
+    `as_imported`) and compile it."""
     start = time.perf_counter()
-    lowered, planned = lower(module, plan)
+    lowered, planned = (imported, imported) if plan.as_imported else lower(module, plan)
     lowered_at = time.perf_counter()
     artifact = compile_module(planned, target, plan.flags)
     seconds.update({"lower": lowered_at - start, "iree-compile": time.perf_counter() - lowered_at})

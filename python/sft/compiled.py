@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,10 @@ from .values import DeviceArray, Signature, assemble, check_inputs, to_numpy, to
 
 if TYPE_CHECKING:
     from .search import SearchReport
+
+
+# what torch's load_state_dict returns
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
 @dataclass
@@ -107,8 +112,6 @@ class CompiledModel:
         Names not given keep their values. Names the model does not have are an error, unless
         `strict=False` (as torch's: they are skipped). Returns torch's
         `(missing_keys, unexpected_keys)`."""
-        from collections import namedtuple
-
         specs = {name: (shape, dtype) for name, shape, dtype in self.signature.state}
         unknown = [k for k in state_dict if k not in specs]
         if unknown and strict:
@@ -125,8 +128,7 @@ class CompiledModel:
             # Kept as a copy until the module is loaded: the caller's tensors may change meanwhile.
             self._device_state[name] = (np.array(array, copy=True) if self._loaded is None
                                         else self._loaded.upload(array))
-        keys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
-        return keys([k for k in specs if k not in state_dict], unknown)
+        return IncompatibleKeys([k for k in specs if k not in state_dict], unknown)
 
     def state_dict(self) -> dict:
         """The model's state as it is on the device now, as torch tensors by name."""

@@ -28,7 +28,7 @@ from .tuning_db import TuningDB
 
 _TYPES = {2: "f16", 4: "f32", 8: "f64"}
 MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary about that much)
-SEARCH_REVISION = 12  # bump when the space or the cost model changes what a search would pick
+SEARCH_REVISION = 13  # bump when the space or the cost model changes what a search would pick
 
 
 def kernel_program(kernel: Kernel, config: TileConfig | None) -> str:
@@ -127,7 +127,9 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     `inputs` as the compiled object calls them: those at `resident` (the model's state, donated
     inputs) uploaded once, the results at `keep` (a training step's new state) left there."""
     tiles = ()
-    candidates = {"iree-default": Plan()}
+    # IREE's default through sft's raise and lower, and IREE alone on the import as it came:
+    # whatever sft's own lowering costs, the user is never given less than IREE alone
+    candidates = {"iree-default": Plan(), "iree-import": Plan(as_imported=True)}
     tiled = next((o for o in report.ranked if o.options.keeps_tiles), None)
     if tiled is not None:
         picked = []

@@ -61,7 +61,10 @@ class Plan:
     type, accumulation and result staying f32 (passes/low_precision.py; only where the user
     allowed it with `precision=`). It applies after expand and orders and before groups and
     tiles (it inserts one cast op per f32 input before its contraction, so later ids count
-    them); it is the last field only so that positional construction stays as it was."""
+    them); it is the last field only so that positional construction stays as it was.
+    as_imported: compile the front end's linalg as it came (IREE alone: sft's raise and lower
+    skipped; only flags and driver apply), which verify always times, so that sft's own
+    lowering never costs the user."""
 
     expand: tuple[int, ...] = ()
     orders: tuple[tuple[int, Tree], ...] = ()
@@ -70,16 +73,18 @@ class Plan:
     flags: tuple[str, ...] = field(default=())
     driver: str = ""
     low_precision: tuple[tuple[int, str], ...] = ()
+    as_imported: bool = False
 
     @property
     def is_empty(self) -> bool:
         return not (self.expand or self.orders or self.groups or self.tiles or self.flags
-                    or self.driver or self.low_precision)
+                    or self.driver or self.low_precision or self.as_imported)
 
     def to_json(self) -> str:
         data = asdict(self)
-        if not self.low_precision:  # an all-f32 plan reads (and hashes) as it did before the field
-            del data["low_precision"]
+        for key in ("low_precision", "as_imported"):  # unset: read (and hashed) as before the field
+            if not data[key]:
+                del data[key]
         return json.dumps(data, sort_keys=True)
 
     @staticmethod
@@ -98,6 +103,12 @@ class Plan:
 
     def digest(self) -> str:
         return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+
+def _bool(value, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{what} must be true or false, not {json.dumps(value)}")
+    return value
 
 
 def _ints(value, what: str) -> tuple[int, ...]:
@@ -183,4 +194,5 @@ def _plan_of(data) -> Plan:
         flags=tuple(flags),
         driver=driver,
         low_precision=_low_precision(data.get("low_precision", [])),
+        as_imported=_bool(data.get("as_imported", False), "as_imported"),
     )

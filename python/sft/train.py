@@ -184,7 +184,7 @@ def _home(model, name: str) -> tuple[dict, str]:
 
 def compile_train_step(model, loss_fn, optimizer, example_batch, target: str = "host",
                        plan: Plan | None = None, search: str = "none",
-                       keep_ir: bool = False) -> TrainStep:
+                       keep_ir: bool = False, max_grad_norm: float | None = None) -> TrainStep:
     """Compile one training step of a torch.nn.Module: `loss_fn(model(*inputs), target)`, its
     gradient, and `optimizer`'s update (torch.optim.SGD with momentum, dampening, weight decay,
     nesterov, maximize; Adam; AdamW; any number of parameter groups, each with its own
@@ -200,11 +200,13 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, target: str = "
     optimizer's state if it has taken steps. The step does not write to the model or the
     optimizer until `sync()`; changes made to them are uploaded before the next call.
 
-    `plan` and `search` ("none", "model", "verify") are those of `sft.compile`; `plan=Plan()`
-    is IREE's own compile of the step.
+    `max_grad_norm` clips the gradients to that global 2-norm inside the step, as
+    `torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)` before
+    `optimizer.step()` does. `plan` and `search` ("none", "model", "verify") are those of
+    `sft.compile`; `plan=Plan()` is IREE's own compile of the step.
     """
     start = time.perf_counter()
-    graph = trace_train_step(model, loss_fn, optimizer, example_batch)
+    graph = trace_train_step(model, loss_fn, optimizer, example_batch, max_grad_norm=max_grad_norm)
     name = f"{type(model).__name__}.train_step"
     program, module = program_from(graph.linalg, name, graph.signature, graph.state,
                                    import_seconds=time.perf_counter() - start)

@@ -63,3 +63,23 @@ def test_batch_expansion_lets_iree_fold_head_transposes_with_the_same_numbers():
     searched = sft.compile(model, inputs, search="model")
     assert set(searched.search.rewrites) == {"as written", f"expanded {list(ids)}"}
     assert searched.plan.expand in ((), ids) and "batch expansion" in searched.search.to_text()
+
+
+def test_a_plan_as_imported_is_iree_alone_on_the_front_ends_linalg_and_verify_times_it():
+    """IREE's compile of the import as it came is one of verify's candidates, so that sft's own
+    raise and lower can never cost the user (a JAX step once ran 0.53x IREE alone that way)."""
+    plan = Plan(as_imported=True, driver="local-sync")
+    assert Plan.from_json(plan.to_json()) == plan and not plan.is_empty
+    assert "as_imported" not in Plan().to_json()  # plans without it hash as they did
+    case = SUITE["mlp"]
+    model, inputs = case.build(), case.inputs()
+    alone = sft.compile(model, inputs, plan=plan, keep_ir=True)
+    assert alone.stages.planned == alone.stages.linalg
+    with torch.no_grad():
+        expected = model(*inputs).numpy()
+    np.testing.assert_allclose(alone(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
+    verified = sft.compile(model, inputs, search="verify")
+    assert verified.search.measured.get("program iree-import") is not None
+    np.testing.assert_allclose(verified(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(sft.SftError, match="as_imported must be true or false"):
+        Plan.from_json('{"as_imported": 1}')

@@ -407,3 +407,21 @@ def test_adam_with_a_first_beta_over_a_half_matches_torch():
     """torch's lerp takes its other branch for weights of 0.5 and more (betas (0.0, 0.99))."""
     _check(_mlp, lambda ps: torch.optim.Adam(ps, lr=1e-2, betas=(0.3, 0.99)), F.cross_entropy,
            MLP_BATCH, 10)
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 100.0])  # clipped, and a norm that never clips
+def test_gradient_clipping_inside_the_step_matches_clip_grad_norm(max_norm):
+    torch.manual_seed(0)
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    opt, ref_opt = SGD(model.parameters()), SGD(ref.parameters())
+    step = sft.compile_train_step(model, F.cross_entropy, opt, MLP_BATCH, max_grad_norm=max_norm)
+    for batch in _batches(MLP_BATCH, 10, n=3):
+        step(*batch)
+        F.cross_entropy(ref(batch[0]), batch[1]).backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), max_norm)
+        ref_opt.step()
+        ref_opt.zero_grad()
+    _close(step.state_dict(), ref.state_dict())
+    with pytest.raises(sft.SftError, match="max_grad_norm must be a positive number"):
+        sft.compile_train_step(model, F.cross_entropy, opt, MLP_BATCH, max_grad_norm=-1)

@@ -65,11 +65,13 @@ def optimizer_state(optimizer, update: Update, named: dict) -> tuple[dict, float
     return slots, steps.pop() if steps else 0.0
 
 
-def trace_train_step(model, loss_fn, optimizer, example_batch,
-                     func_name: str = "main") -> TrainGraph:
+def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = "main",
+                     max_grad_norm: float | None = None) -> TrainGraph:
     """Trace one training step of `model` (in the mode it is in) with `loss_fn(model(*inputs),
     target)` and `optimizer`'s rule, at `example_batch = (*inputs, target)`'s shapes, and lower
-    it to linalg-on-tensors. The user's model and optimizer are not changed."""
+    it to linalg-on-tensors. `max_grad_norm`: the gradients are clipped to that global 2-norm
+    first, as `torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)` clips them.
+    The user's model and optimizer are not changed."""
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -85,6 +87,8 @@ def trace_train_step(model, loss_fn, optimizer, example_batch,
         if not isinstance(x, torch.Tensor):
             raise SftError(f"example_batch[{i}] must be a torch tensor, not {type(x).__name__}", name)
     optimizer_kind(optimizer)  # refused before the trace where it cannot be compiled
+    if max_grad_norm is not None and not (isinstance(max_grad_norm, (int, float)) and max_grad_norm > 0):
+        raise SftError(f"max_grad_norm must be a positive number, not {max_grad_norm!r}", name)
     refuse_train_mode_dropout(model, name, "set p=0 or call .eval() on it")
     params = dict(model.named_parameters())
     ids = {id(p) for p in params.values()}
@@ -116,7 +120,7 @@ def trace_train_step(model, loss_fn, optimizer, example_batch,
             mutated = [b for b in fixed if b in joint.mutated]
             # the trained parameters come back group by group, as the update visits them
             results = [*(k for g in update.groups for k in g.params), *mutated, *slots, "step"]
-            gm = make_fx(_step_function(joint, update, list(state), len(batch)),
+            gm = make_fx(_step_function(joint, update, list(state), len(batch), results, max_grad_norm),
                          decomposition_table=fx.get_decomposition_table())(*state.values(), *batch, *hyper)
             refuse_random(gm.graph, name, "set dropout's p=0")
             text = stateless_import(gm.graph, gm, func_name)
@@ -130,13 +134,13 @@ def trace_train_step(model, loss_fn, optimizer, example_batch,
     return TrainGraph(text, signature, state, tuple(trained), tuple(fixed), update, len(batch))
 
 
-def _step_function(joint, update: Update, state_names: list[str], batch_size: int):
-    """The step as a function of (*state, *batch, *hyper-parameters) -> (loss, *trained
-    parameters, *updated buffers, *optimizer slots, step), in that order: the joint graph, then
-    the update of each group with its own hyper-parameters."""
-    mutated = [b for b in state_names if b in joint.mutated]
-    trained = [k for g in update.groups for k in g.params]
-    slots = [f"{slot}.{k}" for g in update.groups for k in g.params for slot in update.slots(g)]
+def _step_function(joint, update: Update, state_names: list[str], batch_size: int,
+                   results: list[str], max_grad_norm: float | None):
+    """The step as a function of (*state, *batch, *hyper-parameters) -> (loss, *aux, *the new
+    value of each state tensor named in `results`): the joint graph, the gradients clipped
+    where asked, then the update of each group with its own hyper-parameters."""
+    import torch
+
     per_group = len(HYPER[update.kind])
 
     def step_fn(*args):
@@ -147,17 +151,21 @@ def _step_function(joint, update: Update, state_names: list[str], batch_size: in
                         *batch)
         by_name = dict(zip(joint.outputs, outs))
         step = values["step"]
-        new = {}
+        # a tied parameter's gradient is the sum of its uses'
+        grads = {k: functools.reduce(operator.add, (by_name[g] for g in outs_of))
+                 for k, outs_of in joint.grads.items()}
+        if max_grad_norm is not None:  # torch.nn.utils.clip_grad_norm_'s arithmetic
+            norms = torch.stack([torch.linalg.vector_norm(g, 2) for g in grads.values()])
+            coef = torch.clamp(max_grad_norm / (torch.linalg.vector_norm(norms, 2) + 1e-6), max=1.0)
+            grads = {k: g * coef for k, g in grads.items()}
+        new = {"step": step + 1, **{b: by_name[o] for b, o in joint.mutated.items()}}
         for i, group in enumerate(update.groups):
             h = dict(zip(HYPER[update.kind], hyper[i * per_group:(i + 1) * per_group]))
             for k in group.params:
                 mine = {slot: values[f"{slot}.{k}"] for slot in update.slots(group)}
-                # a tied parameter's gradient is the sum of its uses'
-                grad = functools.reduce(operator.add, (by_name[g] for g in joint.grads[k]))
-                new[k], mine = apply_update(update, group, h, values[k], grad, mine, step)
+                new[k], mine = apply_update(update, group, h, values[k], grads[k], mine, step)
                 new.update({f"{slot}.{k}": v for slot, v in mine.items()})
-        return (by_name[joint.loss], *[by_name[a] for a in joint.aux], *[new[k] for k in trained],
-                *[by_name[joint.mutated[b]] for b in mutated], *[new[k] for k in slots], step + 1)
+        return (by_name[joint.loss], *[by_name[a] for a in joint.aux], *[new[k] for k in results])
 
     return step_fn
 
