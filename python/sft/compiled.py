@@ -71,11 +71,13 @@ class CompiledModel:
         torch.compile's guards would compile again): never the other mode's results silently."""
         import weakref
 
-        self._mode = (weakref.ref(model), tuple(m.training for m in model.modules()))
+        # the module tree is walked once; weak references: the compiled model does not keep it
+        modules = [weakref.ref(m) for m in model.modules()]
+        self._mode = (modules, tuple(m().training for m in modules))
 
     def _check_mode(self) -> None:
-        model = self._mode[0]()
-        if model is not None and tuple(m.training for m in model.modules()) != self._mode[1]:
+        modes = tuple(getattr(m(), "training", None) for m in self._mode[0])
+        if None not in modes and modes != self._mode[1]:
             raise SftError("the model's train/eval mode changed since it was compiled (the mode is "
                            "compiled in: batch norm's statistics, dropout); compile it again in "
                            "this mode")

@@ -45,7 +45,9 @@ class TrainStep:
         self._seen = self._versions()
         self._canonical = canonical_names(model)
         self._count = float(graph.state["step"])  # the step count, mirrored on the host
-        self._traced = _traced_as(model)
+        # walked once: the modules and parameters whose mode and requires_grad are compiled in
+        self._modules, self._all_params = tuple(model.modules()), tuple(model.parameters())
+        self._traced = _traced_as(self._modules, self._all_params)
 
     def __call__(self, *batch):
         """One training step on `batch = (*inputs, target)`; returns the loss (0-d, of the kind
@@ -53,7 +55,7 @@ class TrainStep:
         if len(batch) != self._graph.batch_size:
             raise SftError(f"expected a batch of {self._graph.batch_size} tensors (*inputs, "
                            f"target), got {len(batch)}")
-        if _traced_as(self._model) != self._traced:
+        if _traced_as(self._modules, self._all_params) != self._traced:
             raise SftError("the model's train/eval mode or which parameters require grad changed "
                            "since the step was compiled (both are compiled in); compile the step again")
         self._upload_changes()
@@ -167,11 +169,10 @@ class TrainStep:
         self._seen = now
 
 
-def _traced_as(model) -> tuple:
+def _traced_as(modules, params) -> tuple:
     """What of the model a compiled step has compiled in beyond its tensors: every module's
     mode and every parameter's requires_grad."""
-    return (tuple(m.training for m in model.modules()),
-            tuple(p.requires_grad for p in model.parameters()))
+    return tuple(m.training for m in modules), tuple(p.requires_grad for p in params)
 
 
 def _home(model, name: str) -> tuple[dict, str]:
