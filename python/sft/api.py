@@ -155,6 +155,8 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         tiles = tuple((renumber(c.kernel.op_id, inserted), c.space.config(c.best))
                       for c in best.kernels if c.best != 0)
     report.chosen = best.options.describe()
+    if not target.model_times:
+        report.chosen += "; IREE's kernel configs (the cost model has no timings for this device)"
     if low:  # never silent: the numbers change
         report.chosen += (f"; {low[0][1]} inputs, f32 accumulation on ops "
                           f"{[op for op, _ in low]}")

@@ -6,7 +6,7 @@ space, compile, run and compare (sft/fuzz/check.py says what counts as a failure
 derandomized, so CI runs the same programs every time; a failure shrinks to a small program.
 
 Bugs the fuzzer found are pinned below as strict xfails with minimal reproducers; while one is
-open, the fuzz tests recognise its signature (`KNOWN`) and let the example pass, so that they
+open, the fuzz tests recognise its signature (`sft.fuzz.known.KNOWN`) and let the example pass, so that they
 still guard everything else. Fix a bug: its xfail starts passing (strict: the suite fails),
 then delete the xfail marker and its `KNOWN` entry.
 """
@@ -25,31 +25,11 @@ import sft
 from sft.errors import IllegalPlan
 from sft.api import to_sft
 from sft.fuzz import FAILURES, DataChooser, RandomChooser, draw_and_run, draw_plan, generate, run
+from sft.fuzz.known import FUSION_DT, known_bug
 from sft.passes.expand_batch import expandable
 from sft.plan import Plan, TileConfig
 from sft.space.kernels import contraction_kernels
 from sft.space.tiles import tile_space
-
-# Open bugs, each recognised by its outcome (kind and detail), by what the generator noted in
-# the program (`Program.features`) and by the plan.
-FUSION_DT = {"--iree-dispatch-creation-enable-aggressive-fusion", "--iree-opt-data-tiling"}
-KNOWN = {
-    "iree-one-operand-reduction": lambda prog, plan, out: out.kind in ("reject", "plan-compile") and
-        "one-operand-reduction" in prog.features and "'vector.contract' op invalid accumulator" in out.detail,
-    "iree-data-tiling-segfault": lambda prog, plan, out: out.kind == "plan-compile" and
-        "--iree-opt-data-tiling" in plan.flags and "iree-compile crashed (killed by SIGSEGV)" in out.detail,
-    "reduce-body-ignores-inputs": lambda prog, plan, out: out.kind in ("wrong", "reject") and
-        "reduce-body-ignores-inputs" in prog.features,
-    "init-is-operand": lambda prog, plan, out: out.kind in ("reject", "plan-compile") and
-        "init-is-operand" in prog.features and "write affecting operations on global" in out.detail,
-    "iree-fusion-with-data-tiling": lambda prog, plan, out: out.kind == "plan-compile" and
-        FUSION_DT <= set(plan.flags) and "write affecting operations on global" in out.detail,
-}
-
-
-def known_bug(program, plan, outcome) -> str | None:
-    return next((name for name, seen in KNOWN.items() if seen(program, plan, outcome)), None)
-
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -174,6 +154,29 @@ def test_expand_batch_of_a_returned_contraction():
     assert expandable(to_sft(BATCHED_RETURNED)) == (2,)
     compiled = sft.compile(BATCHED_RETURNED, plan=Plan(expand=(2,)))
     np.testing.assert_allclose(compiled(q, k), batched_reference(q, k), rtol=1e-5, atol=1e-5)
+
+
+INIT_IS_INPUT = """func.func @main(%a: tensor<7x5x3x3xf32>, %b: tensor<35x3x3xf32>) -> tensor<35x3x3xf32> {
+  %v = "sft.view"(%a) {map = affine_map<(d0, d1, d2) -> (d0 floordiv 5, d0 mod 5, d1, d2)>} : (tensor<7x5x3x3xf32>) -> tensor<35x3x3xf32>
+  %c = "sft.contract"(%v, %b, %v) {domain = array<i64: 35, 3, 3, 3>, maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>]} : (tensor<35x3x3xf32>, tensor<35x3x3xf32>, tensor<35x3x3xf32>) -> tensor<35x3x3xf32>
+  return %c : tensor<35x3x3xf32>
+}"""
+
+
+def test_expand_batch_of_a_contraction_starting_from_its_own_input():
+    """The collapsed view is the contraction's input and its init: expanding the batch erased
+    that view twice (a segfault of the MLIR bindings, found by the lavapipe campaign). IREE
+    cannot compile the program either way (`init-is-operand` below), so the pass is checked
+    on the IR."""
+    from sft import ir
+    from sft.passes.expand_batch import ExpandBatchPass
+
+    module = to_sft(INIT_IS_INPUT)
+    (op,) = expandable(module)
+    ExpandBatchPass((op,))(module)
+    assert module.operation.verify()
+    text = ir.print_module(module)
+    assert "domain = array<i64: 7, 5, 3, 3, 3>" in text and text.count("sft.contract") == 1
 
 
 def test_search_on_a_batched_contraction_that_is_returned():

@@ -124,3 +124,25 @@ def test_prepare_for_sm90(tmp_path):
     if manifest["kernel_configs_searched"]:  # once the CUDA codegen is searched: its configs
         assert manifest["kernels"] and all(k["candidates"] for k in manifest["kernels"])
     assert gpu_check.size_mib(root) < 5
+
+
+def test_lavapipe_path(tmp_path):
+    """`gpu-check all DIR --target vulkan:lavapipe`: the code a lent GPU machine runs (prepare
+    here, the standalone run script on IREE's vulkan driver; only the driver name differs), on
+    Mesa's software Vulkan device. Every variant and every kernel config ran and matched eager;
+    no GEMM (IREE's SPIR-V has no bf16). Fails, never skips, without lavapipe."""
+    root = tmp_path / "gpucheck-lavapipe"
+    code = gpu_check.main(["all", str(root), "--target", "vulkan:lavapipe", "--models", "linear,mlp",
+                           "--rounds", "1", "--no-torch-compile"])
+    assert code == 0
+    result = json.loads((root / "result.json").read_text())
+    assert result["target"] == "vulkan:lavapipe" and result["environment"]["driver"] == "vulkan"
+    rows = {r["model"]: r for r in result["models"]}
+    assert set(rows) == {"linear", "mlp"}
+    for name, row in rows.items():
+        assert all(v["ok"] for v in row["variants"].values()), (name, row["variants"])
+        assert row["iree_default_s"] > 0 and row["sft_model_s"] > 0 and not row["worker_error"]
+    kernels = result["kernels"]
+    assert kernels and all(k["ok"] and k["median_s"] > 0 for k in kernels), kernels
+    assert any(k["index"] != 0 for k in kernels)  # the SPIR-V space's configs ran, not only IREE's
+    assert result["gemm"] is None or not result["gemm"].get("rows")

@@ -15,6 +15,18 @@ SITE = os.path.join(tempfile.gettempdir(), "sft-gpu-check-site")
 ENTRY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu_check_run.py")
 
 
+def host_copy():
+    """sft's device-to-host read-back (python/sft/backend/host_copy.py, numpy and iree.runtime
+    only), loaded by path: a GPU's results go through a staging buffer the device allocates."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(ENTRY), "..", "python", "sft", "backend", "host_copy.py")
+    spec = importlib.util.spec_from_file_location("sft_host_copy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def log(text: str) -> None:
     print(text, flush=True)
 

@@ -14,7 +14,7 @@ import traceback
 import numpy as np
 
 from . import anchors
-from .common import ensure_iree, error_text, find_model, item_key, read_manifest
+from .common import ensure_iree, error_text, find_model, host_copy, item_key, read_manifest
 from .numerics import bf16, compare, compare_all, decode
 
 CRASH_ENV = "SFT_GPU_CHECK_CRASH"  # testing hook: a worker crashes when it begins this item
@@ -146,7 +146,8 @@ class Worker:
 
         out = call()
         out = list(out) if isinstance(out, (list, tuple)) else ([] if out is None else [out])
-        return call, [np.asarray(o.to_host()) if hasattr(o, "to_host") else o for o in out]
+        to_host = host_copy().to_host
+        return call, [to_host(o) for o in out]
 
     def iree_items(self, modules, entry: str, arrays: list, check) -> list:
         """Each distinct (file, driver) of `modules` loaded on its driver and checked; results

@@ -77,14 +77,15 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def run_group(cmd: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_group(cmd: list[str], timeout: float, env: dict | None = None,
+              cwd: str | None = None) -> subprocess.CompletedProcess:
     """Run a tool in a process group of its own, its output captured as text. The group is
     killed once the tool exits (stragglers) and when it runs past `timeout`, which then raises
     subprocess.TimeoutExpired. Output goes to files, not pipes: a child still holding a pipe
     could keep a reader waiting after the tool itself is gone."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                start_new_session=True, env=env)
+                                start_new_session=True, env=env, cwd=cwd)
         try:
             proc.wait(timeout)
         finally:  # on timeout, on an interrupt, and after a normal exit alike

@@ -41,6 +41,7 @@ class Value:
     ref: np.ndarray      # the exact value (float64)
     err: np.ndarray      # bound on |computed - ref| in units of eps
     mag: np.ndarray      # the value with absolute values everywhere: what errors of sums scale with
+    constant: bool = False  # computed from constants only (a fill, a map ignoring its inputs)
 
 
 @dataclass
@@ -183,9 +184,9 @@ class Builder:
             return self.arg(self.shape(max(1, min_rank)))
         return usable[self.ch.int(0, len(usable) - 1)]
 
-    def emit(self, line: str, shape, ref, err, mag, kind: str) -> Value:
+    def emit(self, line: str, shape, ref, err, mag, kind: str, constant: bool = False) -> Value:
         name = line.split(" = ", 1)[0].strip()
-        v = Value(name, tuple(shape), ref, err, mag)
+        v = Value(name, tuple(shape), ref, err, mag, constant)
         self.lines.append(line)
         self.values.append(v)
         self.kinds.append(kind)
@@ -199,7 +200,7 @@ class Builder:
         self.lines.append(line)
         # an infinite start (a max's identity) is never the result: it adds no magnitude
         return Value(name, tuple(shape), full, np.zeros(tuple(shape)),
-                     np.where(np.isinf(full), 0.0, np.abs(full)))
+                     np.where(np.isinf(full), 0.0, np.abs(full)), constant=True)
 
     # -- scalar bodies ----------------------------------------------------------------------
 
@@ -329,7 +330,8 @@ class Builder:
         text = (f"  {name} = \"sft.map\"({', '.join(v.name for v, _ in operands)}) "
                 f"{self.region(args, lines, result)} {{maps = [{maps}], operandSegmentSizes = "
                 f"{segments(len(operands))}}} : ({types}) -> {ttype(domain, self.dtype)}")
-        return self.emit(text, domain, result.ref, result.err, result.mag, "map")
+        constant = not result.reads_input or all(v.constant for v, _ in operands)
+        return self.emit(text, domain, result.ref, result.err, result.mag, "map", constant)
 
     def op_iota(self) -> Value | None:
         """A map with no inputs whose body reads the loop position: not a fill."""
@@ -365,7 +367,7 @@ class Builder:
         kind = self.ch.pick(kinds)
         args = [self.read(v, e, domain) for v, e in operands]
         lines, body = self.body(args, domain, 2)
-        if not body.reads_input:
+        if not body.reads_input or all(v.constant for v, _ in operands):  # IREE folds the inputs
             self.features.add("reduce-body-ignores-inputs")
         out_shape = [domain[d] for d in kept]
         # reduce the summed axes, then order the kept ones as the result map says
@@ -447,6 +449,8 @@ class Builder:
         out_shape = [loops[i][1] for i in out_loops]
         out_dims = [pos[i] for i in out_loops]
         reduced = tuple(d for d in range(len(domain)) if d not in out_dims)
+        if reduced and out_dims and min(reduced) < max(out_dims):
+            self.features.add("summed-loop-not-innermost")
         init = self.fill(out_shape, 0.0)
         if self.ch.flag(0.15):
             same = [v for v in self.values if v.shape == tuple(out_shape)]

@@ -112,7 +112,11 @@ def expand(op, splits: dict[int, tuple[int, ...]]) -> None:
             collapsed = dialect.create("sft.view", [result], {"map": view_map}, [op.results[0].type],
                                        ip=tm.InsertionPoint(op)).results[0]
             op.results[0].replace_all_uses_with(collapsed)
-    old = [getattr(v.owner, "operation", v.owner) for v in list(dialect.inputs(op)) + [init]]
+    old = []  # each producer once: the init may be an input too (erased twice: a segfault)
+    for v in list(dialect.inputs(op)) + [init]:
+        producer = getattr(v.owner, "operation", v.owner)
+        if not any(producer == seen for seen in old):
+            old.append(producer)
     op.erase()
     for producer in old:
         if isinstance(producer, tm.Operation) and producer.name in ("sft.view", "sft.map") \

@@ -57,8 +57,8 @@ class _StepCost:
     def __call__(self, step: Step) -> float:
         key = (step.lhs, step.rhs, step.out)
         if key not in self.known:
-            codegen = self.target.codegen
-            # No codegen (IREE's configs everywhere): every step as a contraction not tiled.
+            codegen = self.target.searched_codegen
+            # No codegen searched (IREE's configs everywhere): every step as a contraction not tiled.
             kernel = self.chain.kernel(step) if codegen is not None else None
             if kernel is None:
                 nbytes = self.chain.element_bytes * sum(

@@ -219,7 +219,8 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
     twin, casts included, and takes the faster of the two wherever tile configs apply."""
     report = SearchReport()
     start = time.perf_counter()
-    kernels, defaults = as_compiled(kernels, profiles[()], target)
+    # where the model's timings mean nothing (Target.model_times), IREE's configs everywhere
+    kernels, defaults = as_compiled(kernels, profiles[()], target) if target.searched_codegen else ([], [])
     spaces = [target.codegen.space(k) for k in kernels]
     castable = castable or {}
     twins = [low_precision_twin(k, target, precision)

@@ -169,9 +169,12 @@ def legal(kernel: Kernel, c: np.ndarray, gpu: "GpuDesc") -> np.ndarray:
     # Cooperative matrices: one subgroup tile of whole intrinsics.
     coop = on_intrinsics & (stages >= 1) & (stages <= 2) & (promote == 1)
     # SPIR-V SIMT: threads in whole subgroups, at most 4 columns per thread (one 128-bit vector
-    # of f32), multi-buffered 1 or 2 deep.
+    # of f32), multi-buffered 1 or 2 deep; at least two threads across the tile's columns
+    # (one thread holding every column fails: "Trying to map to fewer GPU threads than loop
+    # iterations", seen on every such row of lavapipe's space for 8x4x4, 16x4x8 kernels).
     spirv_simt = ((mma == 0) & (threads % gpu.subgroup_size == 0) & (sub_n <= 4) & (sub_m <= 8)
-                  & (stages >= 1) & (stages <= 2) & (promote == 1) & (subgroup == 0))
+                  & (stages >= 1) & (stages <= 2) & (promote == 1) & (subgroup == 0)
+                  & (wg_n // one(sub_n, 1) >= 2))
     by_pipeline = np.select(
         [p == TF_MMA, p == TF_SIMT, p == VECTOR_DISTRIBUTE, p == COOP_MATRIX, p == SPIRV_SIMT],
         [llvm_mma, simt, vd, coop, spirv_simt], False)

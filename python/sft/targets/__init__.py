@@ -33,7 +33,9 @@ def describe_targets() -> str:
     lines = []
     for name in target_names():
         t = get_target(name)
-        searched = "kernel configs searched" if t.codegen is not None else "IREE's kernel configs"
+        searched = ("kernel configs searched" if t.searched_codegen is not None else
+                    "IREE's kernel configs" + (" (configs drawn for fuzzing and gpu-check only)"
+                                               if t.codegen is not None else ""))
         lines.append(f"{name:<14} {t.about}; driver {t.driver}; {searched}; "
                      f"{len(t.options)} backend option set{'s' * (len(t.options) != 1)}")
     return "\n".join(lines)

@@ -58,6 +58,14 @@ class Target:
     kernel_driver: str = ""            # driver a kernel is timed on alone ("": `driver`)
     device_attr: str = ""              # #hal.device.target the module carries, where no flag says it
     machine: str = ""                  # the machine the code is for, where a flag says only `host`
+    # False where the cost model's timings mean nothing (a software GPU): its kernel space still
+    # serves the fuzzer and gpu-check, but the search keeps IREE's configs (`searched_codegen`)
+    model_times: bool = True
+
+    @property
+    def searched_codegen(self) -> Codegen | None:
+        """The codegen whose configs the search chooses among: None where it keeps IREE's."""
+        return self.codegen if self.model_times else None
 
     def module_text(self, text: str) -> str:
         """`text` as iree-compile gets it: with this target's device on the module where the

@@ -2,16 +2,26 @@
 specifications).
 
 `vulkan:lavapipe` is the device every machine can have: Mesa's lavapipe (`llvmpipe`, a Vulkan
-1.3 device on the CPU; Debian's `mesa-vulkan-drivers`). Its description is what `vulkaninfo`
-reports for Mesa 22.3: subgroups of 8 only, 1024 invocations per workgroup, 32 KiB of shared
-memory, f64/f16/int8/int16/int64 arithmetic and 8/16-bit storage, no cooperative matrix or
-integer dot product. Compiled for `rdna3` instead, IREE's code assumes RDNA3's subgroups of 32
-or 64 and computes wrong values on lavapipe (a matmul of width 10: 1.57 off), without an
-error. IREE's kernel configs are kept there (no GPU tile search: the cost model knows no
-software GPU, and its timings are a CPU's)."""
+device on the CPU; Debian's `mesa-vulkan-drivers`). Its description is the device's own, read
+through the Vulkan loader (`backend/vulkan_info.py`) when this process first builds the target:
+subgroup sizes, workgroup limits, shared memory, arithmetic and storage features, integer dot
+product, cooperative matrices (none on lavapipe). Where no lavapipe is installed (compiling for
+it on another machine) it is what Mesa 22.3.6 reported, recorded below. Compiled for `rdna3`
+instead, IREE's code assumes RDNA3's subgroups of 32 or 64 and computes wrong values on lavapipe
+(a matmul of width 10: 1.57 off), without an error.
+
+The GPU space and its legality rules serve lavapipe like any GPU (the fuzzer and gpu-check draw
+its SPIR-V configs), but the search never chooses among kernel configs from the cost model's
+timings there (`Target.model_times=False`): they would be a CPU's, not a GPU's. `search="model"`
+keeps IREE's configs and says so; `search="verify"` measures."""
 
 from __future__ import annotations
 
+import os
+import re
+from functools import lru_cache
+
+from ..backend.vulkan_info import VulkanDevice, query_devices
 from ..cost import gpu
 from ..cost.hardware import GpuDesc
 from .base import KEEP_F64, Target, gpu_program_desc
@@ -24,30 +34,76 @@ def rdna3() -> Target:
                   driver="vulkan", desc=gpu_program_desc(gpu.RDNA3), codegen=GpuCodegen(gpu.RDNA3))
 
 
-# lavapipe's limits as vulkaninfo reports them; the rates are a 2-core CPU's, rough: the cost
-# model's program-level terms need numbers, and nothing is chosen from them on this device
-LAVAPIPE = GpuDesc(
-    name="lavapipe", api="vulkan", arch="lavapipe", compute_units=2, subgroup_size=8,
-    simds_per_cu=1, clock_hz=3.0e9, simt_f32=1.0e11, simt_f64=0.5e11, mma_flops=(), intrinsics=(),
-    shared_per_cu=32 * 1024, shared_per_workgroup=32768, shared_bytes_per_clk=64,
-    registers_per_cu=64 * 1024, max_registers_per_thread=128, max_threads_per_cu=1024,
-    max_threads_per_workgroup=1024, max_workgroups_per_cu=1, l2_bytes=2**20,
-    dram_bytes=8 * 2**30, dram_bandwidth=20e9, l2_bandwidth=100e9, memory_latency=0.1e-6,
-    launch_overhead=30e-6)
+# Mesa 22.3.6's lavapipe as `vulkaninfo --json` reported it (Debian 12, 2026-12-01).
+RECORDED_LAVAPIPE = VulkanDevice(
+    index=0, name="llvmpipe (LLVM 15.0.6, 256 bits)", driver="llvmpipe",
+    driver_info="Mesa 22.3.6 (LLVM 15.0.6)", device_type="CPU", api_version=(1, 3),
+    subgroup_sizes=(8,), subgroup_ops=("basic", "vote", "arithmetic", "ballot", "shuffle",
+                                       "shuffle_relative", "quad"),
+    max_workgroup_sizes=(1024, 1024, 1024), max_workgroup_invocations=1024,
+    max_workgroup_counts=(65535, 65535, 65535), shared_memory_bytes=32768, float64=True,
+    float16=True, int64=True, int16=True, int8=True, storage16=True, storage8=True,
+    integer_dot_product=True, cooperative_matrix=False)
 
-LAVAPIPE_DEVICE = (
-    '#hal.device.target<"vulkan", [#hal.executable.target<"vulkan-spirv", "vulkan-spirv-fb", '
-    '{iree_codegen.target_info = #iree_gpu.target<arch = "lavapipe", features = "spirv:v1.3,cap:Shader", '
-    "wgp = <compute = fp64|fp32|fp16|int64|int32|int16|int8, storage = b64|b32|b16|b8, "
-    "subgroup = shuffle|arithmetic, dot = none, mma = [], subgroup_size_choices = [8], "
-    "max_workgroup_sizes = [1024, 1024, 1024], max_thread_count_per_workgroup = 1024, "
-    "max_workgroup_memory_bytes = 32768, max_workgroup_counts = [65535, 65535, 65535]>>}>]> : !hal.device")
+# The SPIR-V version each Vulkan version guarantees.
+_SPIRV = {(1, 0): "1.0", (1, 1): "1.3", (1, 2): "1.5", (1, 3): "1.6"}
+
+
+@lru_cache(maxsize=1)
+def lavapipe_device() -> tuple[VulkanDevice, bool]:
+    """lavapipe's description and whether it was read from the device here (else recorded)."""
+    found = [d for d in query_devices() if d.driver == "llvmpipe"]
+    return (found[0], True) if found else (RECORDED_LAVAPIPE, False)
+
+
+def device_attr(dev: VulkanDevice) -> str:
+    """The #hal.device.target for the device: IREE's #iree_gpu.target spelled from its report."""
+    compute = [name for name, has in (("fp64", dev.float64), ("fp32", True), ("fp16", dev.float16),
+                                      ("int64", dev.int64), ("int32", True), ("int16", dev.int16),
+                                      ("int8", dev.int8)) if has]
+    storage = ["b64", "b32"] + ["b16"] * dev.storage16 + ["b8"] * dev.storage8
+    subgroup = [op for op in ("shuffle", "arithmetic") if op in dev.subgroup_ops] or ["none"]
+    spirv = _SPIRV.get(dev.api_version, "1.6" if dev.api_version > (1, 3) else "1.0")
+    ints = lambda xs: "[" + ", ".join(str(x) for x in xs) + "]"  # noqa: E731
+    return ('#hal.device.target<"vulkan", [#hal.executable.target<"vulkan-spirv", "vulkan-spirv-fb", '
+            f'{{iree_codegen.target_info = #iree_gpu.target<arch = "{dev.driver}", '
+            f'features = "spirv:v{spirv},cap:Shader", wgp = <compute = {"|".join(compute)}, '
+            f'storage = {"|".join(storage)}, subgroup = {"|".join(subgroup)}, '
+            f'dot = {"dp4xi8toi32" if dev.integer_dot_product else "none"}, mma = [], '
+            f"subgroup_size_choices = {ints(dev.subgroup_sizes)}, "
+            f"max_workgroup_sizes = {ints(dev.max_workgroup_sizes)}, "
+            f"max_thread_count_per_workgroup = {dev.max_workgroup_invocations}, "
+            f"max_workgroup_memory_bytes = {dev.shared_memory_bytes}, "
+            f"max_workgroup_counts = {ints(dev.max_workgroup_counts)}>>}}>]> : !hal.device")
+
+
+def lavapipe_desc(dev: VulkanDevice) -> GpuDesc:
+    """The device's limits as a GpuDesc. lavapipe runs workgroups on one thread per CPU core with
+    LLVM vectors of the width its name states; the rates are rough (the program-level terms
+    need numbers, and no config is chosen from them here)."""
+    cores = os.cpu_count() or 1
+    width = re.search(r"(\d+) bits", dev.name)
+    lanes = int(width.group(1)) // 32 if width else 4
+    return GpuDesc(
+        name=dev.driver, api="vulkan", arch=dev.driver, compute_units=cores,
+        subgroup_size=dev.subgroup_sizes[-1], simds_per_cu=1, clock_hz=3.0e9,
+        simt_f32=cores * 3.0e9 * 2 * lanes, simt_f64=cores * 3.0e9 * lanes, mma_flops=(), intrinsics=(),
+        shared_per_cu=dev.shared_memory_bytes, shared_per_workgroup=dev.shared_memory_bytes,
+        shared_bytes_per_clk=64, registers_per_cu=64 * 1024, max_registers_per_thread=128,
+        max_threads_per_cu=dev.max_workgroup_invocations,
+        max_threads_per_workgroup=dev.max_workgroup_invocations, max_workgroups_per_cu=1,
+        l2_bytes=2 ** 20, dram_bytes=8 * 2 ** 30, dram_bandwidth=20e9, l2_bandwidth=100e9,
+        memory_latency=0.1e-6, launch_overhead=30e-6)
 
 
 def lavapipe() -> Target:
-    return Target(name="vulkan:lavapipe", about="Mesa lavapipe (a Vulkan device on the CPU), SPIR-V",
-                  flags=(KEEP_F64,), driver="vulkan", desc=gpu_program_desc(LAVAPIPE),
-                  codegen=None, device_attr=LAVAPIPE_DEVICE)
+    dev, queried = lavapipe_device()
+    desc = lavapipe_desc(dev)
+    source = "read from the device" if queried else "as Mesa 22.3.6 reported it (no lavapipe here)"
+    return Target(name="vulkan:lavapipe",
+                  about=f"Mesa lavapipe, a Vulkan device on the CPU ({dev.driver_info}; {source}), SPIR-V",
+                  flags=(KEEP_F64,), driver="vulkan", desc=gpu_program_desc(desc),
+                  codegen=GpuCodegen(desc), device_attr=device_attr(dev), model_times=False)
 
 
 TARGETS = {"vulkan:rdna3": rdna3, "vulkan:lavapipe": lavapipe}

@@ -10,7 +10,8 @@ as linalg (sft-lower's output) instead, so that sft-raise is checked too.
 Outcomes: ok; skipped (an illegal fusion group: the plan's fault); group-refused (IREE cannot
 compile a fusion group's region; reported, not failed); and the failures crash, reject (sft.compile
 fails under the empty plan too), plan-illegal, plan-compile, run, wrong (sft/fuzz/check.py has
-the rule). Each failure goes to --out as a folder holding program.mlir, plan.json, inputs.npz
+the rule); a failure that is an open bug already pinned (sft/fuzz/known.py) is counted as
+"known NAME", not as a failure. Each failure goes to --out as a folder holding program.mlir, plan.json, inputs.npz
 (arg_0.. in argument order) and outcome.txt (group-refused ones too); summary-SEED.json groups them by signature. The
 last line: "N programs, M plans, K failures (by kind)"; the exit status is 1 when K > 0.
 Program i of seed S is reproducible alone: --seed S --start i --n 1.
@@ -31,6 +32,7 @@ from tqdm import tqdm
 
 from ..errors import SftError
 from ..fuzz import FAILURES, Outcome, RandomChooser, draw_and_run, generate, run, run_search
+from ..fuzz.known import known_bug
 from ..plan import Plan
 
 
@@ -109,8 +111,10 @@ def main(argv: list[str] | None = None) -> int:
                     ch = RandomChooser(_rng_seed(args.seed, i, j + 1))
                     plan, outcome = draw_and_run(program, ch, args.target, args.all_kernels)
                 plans += 1
-                kinds[outcome.kind] += 1
-                if outcome.failed or outcome.kind == "group-refused":  # the latter: reported
+                known = known_bug(program, plan, outcome, args.target) if outcome.failed else None
+                kind = f"known {known}" if known else outcome.kind
+                kinds[kind] += 1
+                if known is None and (outcome.failed or outcome.kind == "group-refused"):
                     save(args.out, f"{args.seed}-{i}-{j}-{outcome.kind}", program, plan, outcome)
                     log.append({"program": i, "plan": j, "kind": outcome.kind,
                                 "signature": signature(outcome)})
@@ -122,8 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / f"summary-{args.seed}.json").write_text(json.dumps(
             {"programs": args.n, "plans": plans, "kinds": dict(kinds),
              "distinct": dict(distinct.most_common()), "failures": log}, indent=1))
-    by_kind = ", ".join(f"{k} {kinds[k]}" for k in ("ok", "skipped", "group-refused", *FAILURES,
-                                                     "generator-error") if kinds[k])
+    known = sorted(k for k in kinds if k.startswith("known "))
+    by_kind = ", ".join(f"{k} {kinds[k]}" for k in ("ok", "skipped", "group-refused", *known,
+                                                     *FAILURES, "generator-error") if kinds[k])
     for text, count in distinct.most_common():
         print(f"{count:6d}  {text}")
     shutil.rmtree(args.out / "current", ignore_errors=True)

@@ -99,7 +99,8 @@ def prepare_dir(root: Path, target_name: str, models: list[str], wheel: str | No
     from .gpu_check_entries import Store, gemm_entry, model_entry
 
     target = get_target(target_name)
-    gemm = (256 if target.name == "host" else 4096) if gemm is None else gemm
+    if gemm is None:  # IREE 3.13's SPIR-V cannot lower bf16 ('vector.bitcast' to bf16): none on Vulkan
+        gemm = 0 if target.driver == "vulkan" else 256 if target.name == "host" else 4096
     root.mkdir(parents=True, exist_ok=True)
     for stale in ("modules", "models"):  # a previous prepare's files would travel for nothing
         shutil.rmtree(root / stale, ignore_errors=True)
@@ -183,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--wheel", help="the iree-base-runtime cp312 wheel to put in DIR; 'none' for "
                        "no wheel (default: downloaded once, then cached)")
         p.add_argument("--gemm-size", type=int, default=None,
-                       help="the bf16 GEMM's n (default 4096 on GPUs, 256 on the host; 0: none)")
+                       help="the bf16 GEMM's n (default 4096 on GPUs, 256 on the host, none on "
+                       "Vulkan, whose SPIR-V IREE cannot lower bf16 for; 0: none)")
     run = sub.add_parser("run", help="tools/gpu_check_run.py DIR with this Python")
     run.add_argument("dir", type=Path)
     for p in (sub.choices["all"], run):

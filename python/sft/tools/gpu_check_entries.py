@@ -296,6 +296,12 @@ def model_entry(name: str, target, store: Store, kernels: dict, progress) -> dic
     for vname, plan_, predicted in candidates[1:]:
         variant(vname, "verify-candidate", plan_, predicted, True)
 
+    if not target.model_times:
+        # sft's own plans keep IREE's configs here; the kernels are still measured against the
+        # space's configs, the model's ranking only picking which (its timings mean nothing)
+        entry["notes"].append(f"{target.name}: kernel configs ranked by a model without timings "
+                              "for this device: measured, never chosen by sft")
+        report = search_plan(program.sft_text, dataclasses.replace(target, model_times=True))[1]
     tiled = best_tiled(report)
     entry["kernels"] = kernel_entries(tiled, target, store, kernels, name, progress) if tiled else []
     entry["prepare_s"] = time.perf_counter() - start
