@@ -88,7 +88,9 @@ def draw_plan(sft_text: str, ch: Chooser, target: Target | str = "host", all_ker
     tiles = []
     kernels = contraction_kernels(module) if (target.codegen is not None and options.keeps_tiles
                                               and ch.flag(P_TILE)) else []
-    if kernels and not all_kernels:
+    if all_kernels:  # the passes tile only kernels whose summed loops are innermost
+        kernels = [k for k in kernels if k.reductions_innermost]
+    elif kernels:
         try:
             kernels, profiles = iree_view(module, target, [ModuleOptions()])  # consumes the module
             kernels = as_compiled(kernels, profiles[()], target)[0]

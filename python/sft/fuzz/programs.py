@@ -133,8 +133,11 @@ class Node:
 class Builder:
     """Grows one random program; `build()` returns it."""
 
-    def __init__(self, ch: Chooser, dtype: str | None = None, max_ops: int = 5):
+    def __init__(self, ch: Chooser, dtype: str | None = None, max_ops: int = 5,
+                 sizes: tuple[int, ...] = SIZES, summed_last: bool = False):
         self.ch = ch
+        self.sizes = sizes
+        self.summed_last = summed_last  # contractions' summed loops innermost (tiles apply)
         self.dtype = dtype or ("f64" if ch.flag(0.2) else "f32")
         self.max_ops = max_ops
         self.rng = np.random.default_rng(ch.int(0, 2**31 - 1))
@@ -168,7 +171,7 @@ class Builder:
 
     def shape(self, min_rank: int = 1, max_rank: int = 3) -> tuple[int, ...]:
         rank = self.ch.int(min_rank, max_rank)
-        return tuple(self.ch.pick(SIZES) for _ in range(rank))
+        return tuple(self.ch.pick(self.sizes) for _ in range(rank))
 
     def arg(self, shape) -> Value:
         x = self.rng.standard_normal(tuple(shape)).astype(NP_TYPES[self.dtype]).astype(np.float64)
@@ -358,6 +361,8 @@ class Builder:
             operands.append(self.broadcast_operand(domain))
         reduced = [d for d in range(len(domain)) if self.ch.flag(0.5)] or [self.ch.int(0, len(domain) - 1)]
         kept = [d for d in range(len(domain)) if d not in reduced]
+        if kept and min(reduced) < max(kept):
+            self.features.add("summed-loop-not-innermost")
         if len(kept) >= 2 and self.ch.flag(0.2):
             self.shuffle(kept)  # the result transposed
         count = math.prod(domain[d] for d in reduced)
@@ -422,9 +427,9 @@ class Builder:
                 roles.append(self.ch.pick(("k", "m", "b")) if not self.ch.flag(0.05) else "s")
         loops = [(r, s) for r, s in zip(roles, lhs.shape)]           # one loop per lhs dim
         n_new = self.ch.int(0, 2) if batch is None else 1
-        loops += [("n", self.ch.pick(SIZES)) for _ in range(n_new)]  # rhs-only columns
+        loops += [("n", self.ch.pick(self.sizes)) for _ in range(n_new)]  # rhs-only columns
         if batch is None and self.ch.flag(0.05):
-            loops.append(("t", self.ch.pick(SIZES)))                 # summed, rhs only
+            loops.append(("t", self.ch.pick(self.sizes)))                 # summed, rhs only
         if math.prod(s for _, s in loops) > MAX_DOMAIN:
             return None
         if any(r in "st" for r, _ in loops):
@@ -432,6 +437,8 @@ class Builder:
         order = list(range(len(loops)))                              # loop i is domain dim pos[i]
         if batch is None and self.ch.flag(0.4):
             self.shuffle(order)
+        if self.summed_last:  # stable: the parallel loops keep their order
+            order.sort(key=lambda i: loops[i][0] in "kst")
         pos = {loop: d for d, loop in enumerate(order)}
         domain = [loops[i][1] for i in order]
         lhs_exprs = [f"d{pos[i]}" for i in range(len(lhs.shape))]
@@ -451,6 +458,8 @@ class Builder:
         reduced = tuple(d for d in range(len(domain)) if d not in out_dims)
         if reduced and out_dims and min(reduced) < max(out_dims):
             self.features.add("summed-loop-not-innermost")
+        if out_dims != sorted(out_dims):
+            self.features.add("result-transposed")
         init = self.fill(out_shape, 0.0)
         if self.ch.flag(0.15):
             same = [v for v in self.values if v.shape == tuple(out_shape)]
@@ -494,7 +503,7 @@ class Builder:
         """A batched matmul over heads merged into the batch: [B1, B2, m, k] (maybe transposed
         from [B1, m, B2, k] as attention's heads are) collapsed to [B1*B2, m, k] by a view,
         then contracted: what sft-expand-batch rewrites."""
-        b1, b2, m, k = (self.ch.pick(SIZES[:6]) for _ in range(4))
+        b1, b2, m, k = (self.ch.pick(self.sizes[:6]) for _ in range(4))
         if self.ch.flag(0.5):
             x = self.arg((b1, m, b2, k))
             x = self.view_op(x, (b1, b2, m, k), ["d0", "d2", "d1", "d3"], None, "view-transpose")
@@ -528,11 +537,11 @@ class Builder:
             exprs = [f"d{perm.index(q)}" for q in range(r)]
         elif kind == "broadcast" and r < MAX_RANK:
             at = self.ch.int(0, r)
-            shape = s[:at] + [self.ch.pick(SIZES[:6])] + s[at:]
+            shape = s[:at] + [self.ch.pick(self.sizes[:6])] + s[at:]
             exprs = [f"d{q if q < at else q + 1}" for q in range(r)]
         elif kind == "const":                            # e.g. (d0, d1, d2) -> (d0, d1, 0)
             shape = list(s)
-            shape[j] = self.ch.pick(SIZES[:6])
+            shape[j] = self.ch.pick(self.sizes[:6])
             exprs[j] = str(self.ch.int(0, s[j] - 1))
         elif kind == "expand" and r < MAX_RANK:
             parts = [(a, s[j] // a) for a in range(1, s[j] + 1) if s[j] % a == 0]
@@ -597,6 +606,10 @@ class Builder:
                        [v.ref for v in outs], [v.err for v in outs], list(self.kinds), set(self.features))
 
 
-def generate(ch: Chooser, dtype: str | None = None, max_ops: int = 5) -> Program:
-    """One random program (f64 for a fifth of them unless `dtype` says)."""
-    return Builder(ch, dtype, max_ops).build()
+def generate(ch: Chooser, dtype: str | None = None, max_ops: int = 5,
+             sizes: tuple[int, ...] = SIZES, summed_last: bool = False) -> Program:
+    """One random program (f64 for a fifth of them unless `dtype` says), its dims drawn from
+    `sizes`; with `summed_last` every contraction sums over its innermost loops. A campaign
+    aimed at kernel configs (a GPU's) passes powers of two and summed_last: the tiles divide
+    such extents, and sft tiles only kernels whose summed loops are innermost."""
+    return Builder(ch, dtype, max_ops, sizes, summed_last).build()

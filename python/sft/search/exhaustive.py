@@ -186,14 +186,6 @@ def cast_seconds(inputs: tuple[tuple[int, bool], ...], target: Target) -> float:
                + (target.desc.dispatch_overhead if own else 0.0) for elements, own in inputs)
 
 
-def _reductions_innermost(kernel: Kernel) -> bool:
-    """IREE moves summed loops innermost before it reads a config: a kernel with a summed loop
-    before a parallel one is compiled in another loop order than sft states it in (equal
-    extents would hide that from the match by extents)."""
-    roles = list(kernel.roles)
-    return "k" not in roles or all(r == "k" for r in roles[roles.index("k"):])
-
-
 def as_compiled(kernels: list[Kernel], profile: Profile, target: Target) -> tuple[list[Kernel], list[tuple]]:
     """The kernels in the operand layouts IREE compiles them in, and IREE's default candidate
     for each, both read from its dispatches. A kernel with no dispatch of its loop extents, or
@@ -202,7 +194,7 @@ def as_compiled(kernels: list[Kernel], profile: Profile, target: Target) -> tupl
     describe what IREE compiles, so it keeps IREE's own and counts among the other dispatches."""
     if target.codegen is None:  # IREE's own configs everywhere
         return [], []
-    seen = [(k, profile.contraction(k.domain)) for k in kernels if _reductions_innermost(k)]
+    seen = [(k, profile.contraction(k.domain)) for k in kernels if k.reductions_innermost]
     seen = [(in_layout(k, d.maps), d) for k, d in seen if d is not None]
     return [k for k, _ in seen], [target.codegen.default(k, d) for k, d in seen]
 

@@ -46,6 +46,15 @@ class Kernel:
     batch = property(lambda self: self.extent("b"))
 
     @property
+    def reductions_innermost(self) -> bool:
+        """No summed loop comes before a parallel one. IREE moves summed loops innermost before
+        it reads a config, so a kernel that fails this is compiled in another loop order than
+        sft states it in (equal extents would hide that from a match by extents), and sft's
+        passes do not tile it."""
+        roles = list(self.roles)
+        return "k" not in roles or all(r == "k" for r in roles[roles.index("k"):])
+
+    @property
     def operand_bytes(self) -> int:
         """Bytes per element of the inputs A and B."""
         return INPUT_BYTES[self.input_type] if self.input_type else self.element_bytes

@@ -33,6 +33,7 @@ from tqdm import tqdm
 from ..errors import SftError
 from ..fuzz import FAILURES, Outcome, RandomChooser, draw_and_run, generate, run, run_search
 from ..fuzz.known import known_bug
+from ..fuzz.programs import SIZES
 from ..plan import Plan
 
 
@@ -74,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="also compile every K-th program with search='model' as one more plan "
                         "(slow: up to 8 IREE profiles a program; default 0, never)")
     p.add_argument("--max-ops", type=int, default=5, help="ops per program at most (default 5)")
+    p.add_argument("--sizes", default=None, metavar="N,N,...",
+                   help="the extents dims are drawn from (default 1,2,3,5,7,13,4,8,16: unit dims "
+                        "and small primes that no tile divides); powers of two such as 4,8,16,32 "
+                        "let more kernel configs apply (a GPU campaign)")
+    p.add_argument("--summed-last", action="store_true",
+                   help="contractions sum over their innermost loops (the kernels sft tiles); with "
+                        "--sizes, a campaign aimed at kernel configs")
     p.add_argument("--dtype", choices=["f32", "f64"], help="one element type (default: f64 for a fifth)")
     p.add_argument("--out", type=Path, default=Path("fuzz-failures"),
                    help="folder for failures (default ./fuzz-failures)")
@@ -85,14 +93,22 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.n < 0 or args.plans < 1 or args.max_ops < 1:
         raise SftError("--n must be >= 0, --plans and --max-ops >= 1")
+    try:
+        sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else SIZES
+    except ValueError:
+        raise SftError(f"--sizes takes comma-separated integers, not {args.sizes!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise SftError(f"--sizes takes positive extents, not {args.sizes!r}")
 
     kinds: collections.Counter[str] = collections.Counter()
-    plans = 0
+    plans = tiled = 0
+    configs: collections.Counter[str] = collections.Counter()  # kernel configs drawn, by pipeline
     log = []
     with tqdm(range(args.start, args.start + args.n), desc="sft-fuzz", unit="prog") as bar:
         for i in bar:
             try:
-                program = generate(RandomChooser(_rng_seed(args.seed, i, 0)), args.dtype, args.max_ops)
+                program = generate(RandomChooser(_rng_seed(args.seed, i, 0)), args.dtype, args.max_ops, sizes,
+                                   args.summed_last)
             except Exception as exc:  # noqa: BLE001 - the generator's own bug, not sft's
                 kinds["generator-error"] += 1
                 log.append({"program": i, "kind": "generator-error", "detail": repr(exc)})
@@ -111,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                     ch = RandomChooser(_rng_seed(args.seed, i, j + 1))
                     plan, outcome = draw_and_run(program, ch, args.target, args.all_kernels)
                 plans += 1
+                tiled += bool(plan.tiles)
+                configs.update(getattr(c, "pipeline", "cpu tiles") for _, c in plan.tiles)
                 known = known_bug(program, plan, outcome, args.target) if outcome.failed else None
                 kind = f"known {known}" if known else outcome.kind
                 kinds[kind] += 1
@@ -132,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     for text, count in distinct.most_common():
         print(f"{count:6d}  {text}")
     shutil.rmtree(args.out / "current", ignore_errors=True)
+    drawn = ", ".join(f"{k} {v}" for k, v in configs.most_common())
+    print(f"{tiled} plans imposed kernel configs ({drawn or 'none'})")
     print(f"{args.n} programs, {plans} plans, {failures} failures ({by_kind})")
     return 1 if failures else 0
 
