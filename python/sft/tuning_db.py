@@ -91,7 +91,10 @@ class TuningDB:
     def _open_file(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
+            # WAL persists in the file: switching takes a lock that does not wait for another
+            # process's (two test workers: "database is locked"), so only the first one switches
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(_SCHEMA)
             if self.path.stat().st_size < _CHECK_BELOW:
                 result = conn.execute("PRAGMA quick_check").fetchone()[0]
