@@ -350,3 +350,21 @@ def test_donate_argnums_may_be_one_int_as_in_jax_jit():
     got = sft.compile(sgd, (params, x), donate_argnums=0)(mlp_params(), x)
     for leaf, ref in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
         np.testing.assert_allclose(np.asarray(leaf), np.asarray(ref), rtol=1e-5, atol=1e-6)
+
+
+def test_a_constant_prng_key_runs_or_fails_in_one_line():
+    """A PRNGKey made inside the function: IREE 3.13 compiles its StableHLO, then its runtime
+    fails the call (copy_buffer OUT_OF_RANGE; IREE alone fails the same way). sft says so in one
+    SftError line naming the runtime, never a raw IndexError; where IREE runs it, the values
+    are jax.jit's."""
+    def f(x):
+        return x + jax.random.normal(jax.random.PRNGKey(0), x.shape)
+
+    x = np.ones((4,), np.float32)
+    compiled = sft.compile(f, (x,))
+    try:
+        got = compiled(x)
+    except sft.SftError as err:
+        assert "\n" not in str(err) and "run time" in str(err) and "IREE" in str(err)
+    else:
+        np.testing.assert_allclose(np.asarray(got), np.asarray(jax.jit(f)(x)), rtol=1e-6)

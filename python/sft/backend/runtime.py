@@ -56,7 +56,12 @@ class Loaded:
     def call_on_device(self, *arrays) -> list:
         """Results as they are: device arrays stay on the device (to be passed to a later call
         without a copy through the host)."""
-        out = self._fn(*arrays)
+        try:
+            out = self._fn(*arrays)
+        except (IndexError, ValueError, RuntimeError) as err:  # what iree.runtime raises
+            first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+            raise SftError(f"the compiled module failed at run time on the {self.driver} driver "
+                           f"(IREE's runtime): {first[:400]}") from None
         if out is None:  # a function with no results
             return []
         return list(out) if isinstance(out, (tuple, list)) else [out]
