@@ -68,27 +68,20 @@ def test_the_target_describes_the_device_it_finds():
     assert "mma = []" in target.device_attr and not dev.cooperative_matrix
 
 
-def _matmul(m: int, n: int, k: int) -> str:
-    return f"""func.func @main(%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{
-  %cst = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<{m}x{n}xf32>
-  %i = linalg.fill ins(%cst : f32) outs(%e : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
-  %0 = linalg.matmul ins(%a, %b : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) outs(%i : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
-  return %0 : tensor<{m}x{n}xf32>
-}}"""
-
-
 @pytest.mark.parametrize("shape", [(8, 4, 4), (16, 4, 8)])
 def test_every_spirv_config_of_a_small_kernel_compiles_and_is_right(shape):
     """Every candidate lavapipe's space offers (MatmulPromoteVectorize tiles, depths) imposed
     on the kernel compiles and runs right; on these shapes the rule `wg_n / sub_n >= 2` (IREE
     refuses a thread holding every column) is what keeps the space legal."""
+    from sft.calibrate import PLAIN
+    from sft.measure import kernel_program
     from sft.plan import Plan
-    from sft.space.kernels import contraction_kernels
+    from sft.space.kernels import Kernel, contraction_kernels
     from sft.targets import get_target
 
     m, n, k = shape
-    text, target = _matmul(m, n, k), get_target(TARGET)
+    text = kernel_program(Kernel(0, (m, n, k), ("m", "n", "k"), 4, PLAIN), None)  # A[m,k] @ B[k,n]
+    target = get_target(TARGET)
     (kernel,) = contraction_kernels(sft.api.to_sft(text))
     space = target.codegen.space(kernel)
     assert len(space) > 2 and not sft.compile(text, target=target).plan.tiles  # model: IREE's

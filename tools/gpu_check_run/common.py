@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import glob
 import importlib
 import json
@@ -15,9 +16,10 @@ SITE = os.path.join(tempfile.gettempdir(), "sft-gpu-check-site")
 ENTRY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu_check_run.py")
 
 
+@functools.lru_cache(maxsize=1)
 def host_copy():
     """sft's device-to-host read-back (python/sft/backend/host_copy.py, numpy and iree.runtime
-    only), loaded by path: a GPU's results go through a staging buffer the device allocates."""
+    only), loaded by path once: a GPU's results go through a staging buffer the device allocates."""
     import importlib.util
 
     path = os.path.join(os.path.dirname(ENTRY), "..", "python", "sft", "backend", "host_copy.py")

@@ -65,11 +65,12 @@ def _device(index: int, profile: dict) -> VulkanDevice:
     ops = tuple(re.sub(r"^VK_SUBGROUP_FEATURE_(\w+)_BIT$", r"\1", op).lower()
                 for op in subgroup.get("supportedOperations", ()))
     extensions = caps.get("extensions", {})
+    version = int(base.get("apiVersion", 0))  # VK_MAKE_API_VERSION: major in bits 22-28, minor 12-21
     return VulkanDevice(
         index=index, name=str(base.get("deviceName", "")), driver=str(driver.get("driverName", "")),
         driver_info=str(driver.get("driverInfo", "")),
         device_type=str(base.get("deviceType", "")).removeprefix("VK_PHYSICAL_DEVICE_TYPE_"),
-        api_version=(int(base.get("apiVersion", 0)) >> 22 & 0x7F, int(base.get("apiVersion", 0)) >> 12 & 0x3FF),
+        api_version=(version >> 22 & 0x7F, version >> 12 & 0x3FF),
         subgroup_sizes=sizes, subgroup_ops=ops,
         max_workgroup_sizes=tuple(int(x) for x in limits["maxComputeWorkGroupSize"]),
         max_workgroup_invocations=int(limits["maxComputeWorkGroupInvocations"]),
