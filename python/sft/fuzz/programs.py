@@ -1,10 +1,10 @@
 """Random well-typed sft programs, built together with their numpy meaning.
 
 A `Builder` grows one function op by op. Every value it makes (`values.Value`) carries, besides
-its text name and shape, its exact value (float64, computed from the same inputs the program gets), a bound on the
-rounding error a correct compiler may add (in units of the element type's epsilon, by linear
-error analysis: a sum of n terms may be off by n ulps of the sum of the terms' magnitudes, in any
-order, so reassociation and tiling stay inside it), and its magnitude (the value computed with
+its text name and shape, its exact value (float64, computed from the same inputs the program
+gets), a bound on the rounding error a correct compiler may add (in units of the element type's
+epsilon, by linear error analysis: a sum of n terms may be off by n ulps of the sum of the
+terms' magnitudes, in any order, so reassociation and tiling stay inside it), and its magnitude (the value computed with
 absolute values everywhere, which is what a later sum's error scales with).
 
 Every choice goes through a `Chooser`, so that the same generator runs under hypothesis (choices
