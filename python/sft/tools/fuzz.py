@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import SftError
 from ..fuzz import FAILURES, Outcome, RandomChooser, draw_and_run, generate, run, run_search
 from ..fuzz.known import known_bug
 from ..fuzz.programs import SIZES
@@ -92,13 +91,13 @@ def main(argv: list[str] | None = None) -> int:
                                                      "drawn and run on it)")
     args = p.parse_args(argv)
     if args.n < 0 or args.plans < 1 or args.max_ops < 1:
-        raise SftError("--n must be >= 0, --plans and --max-ops >= 1")
+        p.error("--n must be >= 0, --plans and --max-ops >= 1")
     try:
         sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else SIZES
     except ValueError:
-        raise SftError(f"--sizes takes comma-separated integers, not {args.sizes!r}") from None
+        p.error(f"--sizes takes comma-separated integers, not {args.sizes!r}")
     if not sizes or min(sizes) < 1:
-        raise SftError(f"--sizes takes positive extents, not {args.sizes!r}")
+        p.error(f"--sizes takes positive extents, not {args.sizes!r}")
 
     kinds: collections.Counter[str] = collections.Counter()
     plans = tiled = 0
