@@ -553,3 +553,14 @@ def test_chain_ending_in_an_outer_product_compiles():
 
 def test_search_on_a_chain_ending_in_an_outer_product():
     outer_chain("model")
+
+
+@pytest.mark.parametrize("argv", [["--sizes", "4,x"], ["--sizes", "0"], ["--n", "-1"]])
+def test_cli_bad_options_are_one_usage_line(argv, capsys):
+    from sft.tools.fuzz import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("sft-fuzz: error: ") and "Traceback" not in "\n".join(err)
