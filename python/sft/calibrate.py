@@ -23,7 +23,8 @@ import numpy as np
 from .backend import compile_module, profile
 from .backend.bench import Variant, benchmark
 from .cost.hardware import CpuModelParams, TargetDesc
-from .cost.model import default_candidate, predict
+from .cost.model import predict
+from .decisions.cpu_tiles import row_of_iree
 from .errors import SftError
 from .measure import kernel_inputs, kernel_program
 from .space.kernels import Kernel
@@ -121,7 +122,7 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
     serial_dispatch = max((t["chain17/sync"] - t["chain1/sync"]) / 16, 0.0)
     # One core's FLOP rate scaled so that the model predicts IREE's default matmul as measured
     # (the kernel fit, when it runs, replaces it with its own).
-    default = default_candidate(MATMUL, profile(kernel_program(MATMUL, None)).dispatches[0])
+    default = row_of_iree(MATMUL.roles, profile(kernel_program(MATMUL, None)).dispatches[0].config)
     predicted = predict(MATMUL, np.zeros((1, 5), int), host, cores=1, default=default)[0]
     work = m["default/sync"] - t["chain1/sync"]
     # The executor's speed-up on added work: the slope from the 256^3 to the 1024^3 matmul on

@@ -57,7 +57,7 @@ def backend(gm, example_inputs, options: dict | None = None, mode: str | None = 
     if unknown:
         raise SftError(f"torch.compile(backend='sft'): unknown option {unknown[0]!r} "
                        f"(options: {', '.join(_OPTIONS)})")
-    from .api import check_precision
+    from .search.strategy import check_precision
     from .targets import get_target
 
     search = options.get("search", "none")
@@ -71,16 +71,16 @@ def backend(gm, example_inputs, options: dict | None = None, mode: str | None = 
                         decompositions=fx.get_decomposition_table())(gm, example_inputs)
 
 
-def compile_graph(gm, example_inputs, search: str = "none", target="host", precision: str = "f32"):
+def compile_graph(gm, example_inputs, target, search: str = "none", precision: str = "f32"):
     """`_compile_graph` outside AOTAutograd's fake-tensor mode (sft's import, search and IREE
     work on real values)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        return _compile_graph(gm, example_inputs, search, target, precision)
+        return _compile_graph(gm, example_inputs, target, search, precision)
 
 
-def _compile_graph(gm, example_inputs, search: str, target, precision: str):
+def _compile_graph(gm, example_inputs, target, search: str, precision: str):
     """An FX graph of aten ops whose placeholders are all tensors (AOTAutograd's forward or
     backward), compiled by sft; returns a boxed callable as AOTAutograd calls it. A graph with
     symbolic shapes, or one sft cannot lower, runs as it is (eager), with one warning."""

@@ -20,7 +20,9 @@ from .backend import compile_module
 from .backend.bench import Variant, benchmark
 from .backend.timing import loaded_call, time_variants
 from .errors import SftError
-from .plan import Plan, TileConfig
+from .decisions import KernelConfig, canonical
+from .plan import Plan
+from .search.candidates import program_candidates
 from .search.exhaustive import KernelChoice, SearchReport
 from .space.kernels import Kernel
 from .targets import Target
@@ -31,7 +33,7 @@ MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary a
 SEARCH_REVISION = 13  # bump when the space or the cost model changes what a search would pick
 
 
-def kernel_program(kernel: Kernel, config: TileConfig | None) -> str:
+def kernel_program(kernel: Kernel, config: KernelConfig | None) -> str:
     """A program of the kernel alone: C = sum over k of A * B with the kernel's index maps, zero
     initialised, with `config` imposed on it (IREE's choice when None)."""
     ty = _TYPES[kernel.element_bytes]
@@ -89,22 +91,22 @@ def measure_candidates(kernel: Kernel, space, indices, target: Target, db: Tunin
     seconds, variants = {}, {}
     for index in indices:
         config = space.config(index)
-        if repr(config) in known:
-            seconds[index] = known[repr(config)]
+        if canonical(config) in known:
+            seconds[index] = known[canonical(config)]
             continue
         try:
             variants[index] = Variant(compile_module(kernel_program(kernel, config), target),
                                       target.kernel_driver)
         except SftError:
             seconds[index] = None
-            db.record_measurement(workload, tkey, repr(config), predicted.get(index), None)
+            db.record_measurement(workload, tkey, canonical(config), predicted.get(index), None)
     if variants:
         # Kernels alone run inline (the host's local-sync): timed by their CPU time, robust to
         # the other processes of a shared machine.
         for index, value in benchmark(variants, kernel_inputs(kernel), rounds=rounds,
                                       progress=progress, cpu_time=True).items():
             seconds[index] = value
-            db.record_measurement(workload, tkey, repr(space.config(index)), predicted.get(index), value)
+            db.record_measurement(workload, tkey, canonical(space.config(index)), predicted.get(index), value)
     return seconds
 
 
@@ -127,9 +129,6 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     `inputs` as the compiled object calls them: those at `resident` (the model's state, donated
     inputs) uploaded once, the results at `keep` (a training step's new state) left there."""
     tiles = ()
-    # IREE's default through sft's raise and lower, and IREE alone on the import as it came:
-    # whatever sft's own lowering costs, the user is never given less than IREE alone
-    candidates = {"iree-default": Plan(), "iree-import": Plan(as_imported=True)}
     tiled = next((o for o in report.ranked if o.options.keeps_tiles), None)
     if tiled is not None:
         picked = []
@@ -140,27 +139,9 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
             if result.best != 0:
                 picked.append((choice.kernel.op_id, choice.space.config(result.best)))
         tiles = tuple(picked)
-    # The best of each driver, fusion and convolution strategy, however the model ranks them:
-    # the executor's cost on a shared machine, IREE's convolution code and what its aggressive
-    # fusion cannot compile (past the stack limit, on training steps) are what it misjudges.
-    kind = lambda o: (o.options.driver, o.options.im2col, o.options.fusion)
-    options = list(report.ranked[:top_options])
-    for option in report.ranked[top_options:]:
-        if kind(option) not in {kind(o) for o in options}:
-            options.append(option)
-    for option in options:
-        o = option.options
-        candidates[o.describe()] = Plan(report.expand, report.orders,
-                                        tiles=tiles if o.keeps_tiles else (), flags=o.flags,
-                                        driver=o.driver)
-    if report.orders or report.expand:  # the best options on the program as written: the graph
-        # rewrites measured alone
-        o = report.ranked[0].options
-        candidates[f"{o.describe()} as written"] = Plan(flags=o.flags, driver=o.driver)
+    candidates = program_candidates(report, tiles, top_options)
     variants, plans, texts = {}, {}, {}
     for name, plan in candidates.items():
-        if plan in plans.values():
-            continue
         # Option sets differ in flags and driver, not in the program: lower each program once.
         program = dataclasses.replace(plan, flags=(), driver="")
         try:

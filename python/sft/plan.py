@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Union
 
+from .decisions import KernelConfig, config_from_dict
 from .errors import SftError
 
 Tree = Union[int, tuple["Tree", "Tree"]]  # an order: a leaf (operand number) or two subtrees
@@ -25,28 +26,7 @@ def as_tree(value) -> Tree:
     raise ValueError(f"not an order tree: {value!r}")
 
 
-@dataclass(frozen=True)
-class TileConfig:
-    """Tile sizes at each level IREE's CPU pipeline exposes, one entry per loop of the root op."""
-
-    distribution: tuple[int, ...]
-    vector_common_parallel: tuple[int, ...]
-    vector_reduction: tuple[int, ...]
-    pipeline: str = "DoubleTilingExpert"
-
-    def attribute(self) -> str:
-        """The #iree_codegen.compilation_info text that imposes this config on a linalg op."""
-        def ints(xs):
-            return "[" + ", ".join(map(str, xs)) + "]"
-        return ("#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<"
-                f"distribution = {ints(self.distribution)}, "
-                f"vector_common_parallel = {ints(self.vector_common_parallel)}, "
-                f"vector_reduction = {ints(self.vector_reduction)}>, "
-                "translation_info = #iree_codegen.translation_info<pipeline = "
-                f"#iree_cpu.pipeline<{self.pipeline}>>>")
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """Decisions in the order they apply; each names ops by their position among the sft ops
     of the program as the decisions before it left it.
@@ -54,14 +34,14 @@ class Plan:
     expand: contractions run over the batch dims their operands were collapsed from
     (passes/expand_batch.py); orders: (op id, order) for chains of contractions evaluated in
     another order than written (space/chains.py); groups: the fusion partition (ops in no group are left to
-    IREE's own fusion); tiles: (op id, config) for kernel roots (a TileConfig on a
-    CPU, a space.gpu.GpuConfig on a GPU); flags: extra iree-compile
+    IREE's own fusion); tiles: (op id, config) for kernel roots (a decisions.TileConfig on a
+    CPU, a decisions.GpuConfig on a GPU); flags: extra iree-compile
     options; driver: the IREE runtime driver to run on ("" for the target's own);
     low_precision: (op id, "bf16" | "f16") for f32 contractions whose inputs are rounded to that
     type, accumulation and result staying f32 (passes/low_precision.py; only where the user
     allowed it with `precision=`). It applies after expand and orders and before groups and
     tiles (it inserts one cast op per f32 input before its contraction, so later ids count
-    them); it is the last field only so that positional construction stays as it was.
+    them).
     as_imported: compile the front end's linalg as it came (IREE alone: sft's raise and lower
     skipped; only flags and driver apply), which verify always times, so that sft's own
     lowering never costs the user."""
@@ -69,7 +49,7 @@ class Plan:
     expand: tuple[int, ...] = ()
     orders: tuple[tuple[int, Tree], ...] = ()
     groups: tuple[tuple[int, ...], ...] = ()
-    tiles: tuple[tuple[int, object], ...] = ()  # TileConfig or GpuConfig
+    tiles: tuple[tuple[int, KernelConfig], ...] = ()
     flags: tuple[str, ...] = field(default=())
     driver: str = ""
     low_precision: tuple[tuple[int, str], ...] = ()
@@ -125,31 +105,6 @@ def _pairs(value, what: str) -> list[tuple[int, object]]:
     return [(p[0], p[1]) for p in value]
 
 
-def _tile(value, what: str):
-    """A kernel config from its JSON: a GPU config (it has a `workgroup` tile) or a CPU one."""
-    if isinstance(value, dict) and "workgroup" in value:
-        from .space.gpu import GpuConfig
-
-        try:
-            return GpuConfig.from_dict(value)
-        except (ValueError, TypeError) as err:
-            raise type(err)(f"{what}: {err}") from None
-    known = {f.name for f in fields(TileConfig)}
-    if not isinstance(value, dict):
-        raise TypeError(f"{what} must be an object with keys {sorted(known)}, not {json.dumps(value)}")
-    unknown = sorted(set(value) - known)
-    if unknown:
-        raise ValueError(f"unknown key '{what}.{unknown[0]}' (known: {', '.join(sorted(known))})")
-    missing = sorted(k for k in known - set(value) if k != "pipeline")
-    if missing:
-        raise ValueError(f"'{what}' has no '{missing[0]}'")
-    pipeline = value.get("pipeline", TileConfig.pipeline)
-    if not isinstance(pipeline, str):
-        raise TypeError(f"{what}.pipeline must be a string, not {json.dumps(pipeline)}")
-    return TileConfig(*(_ints(value[k], f"{what}.{k}") for k in
-                        ("distribution", "vector_common_parallel", "vector_reduction")), pipeline)
-
-
 LOW_PRECISION_TYPES = ("bf16", "f16")
 
 
@@ -189,7 +144,7 @@ def _plan_of(data) -> Plan:
         expand=_ints(data.get("expand", []), "expand"),
         orders=tuple(orders),
         groups=tuple(_ints(g, f"groups[{i}]") for i, g in enumerate(groups)),
-        tiles=tuple((op, _tile(cfg, f"tiles[{i}]"))
+        tiles=tuple((op, config_from_dict(cfg, f"tiles[{i}]"))
                     for i, (op, cfg) in enumerate(_pairs(data.get("tiles", []), "tiles"))),
         flags=tuple(flags),
         driver=driver,

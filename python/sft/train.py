@@ -20,6 +20,7 @@ from .errors import SftError
 from .importers.torch_train import TrainGraph, canonical_names, optimizer_state, trace_train_step
 from .plan import Plan
 from .program import program_from
+from .targets import Target, get_target
 
 
 class TrainStep:
@@ -183,7 +184,7 @@ def _home(model, name: str) -> tuple[dict, str]:
     return (module._parameters if key in module._parameters else module._buffers), key
 
 
-def compile_train_step(model, loss_fn, optimizer, example_batch, target: str = "host",
+def compile_train_step(model, loss_fn, optimizer, example_batch, target: Target | str = "host",
                        plan: Plan | None = None, search: str = "none",
                        keep_ir: bool = False, max_grad_norm: float | None = None) -> TrainStep:
     """Compile one training step of a torch.nn.Module: `loss_fn(model(*inputs), target)`, its
@@ -206,6 +207,7 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, target: str = "
     `optimizer.step()` does. `plan` and `search` ("none", "model", "verify") are those of
     `sft.compile`; `plan=Plan()` is IREE's own compile of the step.
     """
+    target = get_target(target)  # before the trace, which can take a while
     start = time.perf_counter()
     graph = trace_train_step(model, loss_fn, optimizer, example_batch, max_grad_norm=max_grad_norm)
     name = f"{type(model).__name__}.train_step"

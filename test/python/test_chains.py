@@ -9,7 +9,8 @@ import torch
 
 import sft
 from sft import ir
-from sft.api import linalg_of, to_sft
+from sft.api import linalg_of
+from sft.program import to_sft
 from sft.cost.model import compute_floor
 from sft.errors import IllegalPlan
 from sft.models import SUITE

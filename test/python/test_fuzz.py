@@ -23,11 +23,12 @@ from hypothesis import strategies as st
 
 import sft
 from sft.errors import IllegalPlan
-from sft.api import to_sft
+from sft.program import to_sft
 from sft.fuzz import FAILURES, DataChooser, RandomChooser, draw_and_run, draw_plan, generate, run
 from sft.fuzz.known import FUSION_DT, known_bug
 from sft.passes.expand_batch import expandable
-from sft.plan import Plan, TileConfig
+from sft.decisions import TileConfig
+from sft.plan import Plan
 from sft.space.kernels import contraction_kernels
 from sft.space.tiles import tile_space
 

@@ -17,14 +17,18 @@ import pytest
 from sft.backend.constraints import check_config, split_config, verify_config
 from sft.backend.iree import _iree_compile, run_group
 from sft.backend.profile import Profile, parse_profile
-from sft.cost.gpu import GFX942, RDNA3, SM80, SM90, default_row, occupancy, predict
+from sft.cost.gpu import occupancy, predict
+from sft.decisions.gpu_tiles import (COOP_MATRIX, FIELDS, INTRINSICS, SPIRV_SIMT, TF_MMA, TF_SIMT,
+                                     VECTOR_DISTRIBUTE, GpuConfig, config_of_row, intrinsic,
+                                     row_of_iree)
 from sft.measure import kernel_program
 from sft.search.exhaustive import low_precision_twin
-from sft.space.gpu import (COOP_MATRIX, FIELDS, INTRINSICS, SPIRV_SIMT, TF_MMA, TF_SIMT,
-                           VECTOR_DISTRIBUTE, GpuConfig, config_for, gpu_space, intrinsic, legal,
-                           shared_bytes)
+from sft.space.gpu import gpu_space, legal, shared_bytes
 from sft.space.kernels import Kernel
 from sft.targets import get_target
+from sft.targets.cuda import SM80, SM90
+from sft.targets.rocm import GFX942
+from sft.targets.vulkan import RDNA3
 from sft.tools.gpu_check_entries import gemm_text
 
 # How to build for each target (flags, and the #hal.device.target the module carries where
@@ -100,7 +104,7 @@ def test_sampled_candidates_compile_and_pass_iree_constraints(target, shape, ele
     def run(index):
         row = space.candidates[index]
         error = compile_error(kernel_program(k, space.config(index)), target)
-        program = module_text(kernel_program(checked, config_for(checked, row)), target)
+        program = module_text(kernel_program(checked, config_of_row(checked, row)), target)
         return row, error, verify_config(program, flags)
 
     with ThreadPoolExecutor(3) as pool:
@@ -113,7 +117,7 @@ def test_sampled_candidates_compile_and_pass_iree_constraints(target, shape, ele
 
 def test_constraint_check_reports_iree_violations():
     k = kernel("square", 2)
-    good = config_for(k, [TF_MMA, INTRINSICS.index("NV_MMA_SYNC_F16_16x8x16_F16") + 1,
+    good = config_of_row(k, [TF_MMA, INTRINSICS.index("NV_MMA_SYNC_F16_16x8x16_F16") + 1,
                           64, 64, 128, 32, 32, 32, 2, 1])
     flags = TARGETS["cuda:sm_80"].flags
     assert verify_config(kernel_program(k, good), flags).checked
@@ -166,12 +170,12 @@ def test_profile_records_iree_gpu_config_as_a_row(target, element_bytes, expecte
     assert dispatch.maps == MM and dispatch.gpu["pipeline"] in (
         "TileAndFuse", "VectorDistribute", "CooperativeMatrixVectorize", "MatmulPromoteVectorize")
     json.dumps(dispatch.gpu)  # JSON-able
-    assert list(default_row(k, dispatch.gpu)) == expected
+    assert list(row_of_iree(k, dispatch.gpu)) == expected
     profile = Profile((dispatch,), 1)
     assert Profile.from_json(profile.to_json()) == profile
     # The row replays IREE's own choice; imposed, it compiles (but for IREE's VectorDistribute
     # f16 config on gfx942, which fails imposed: "'func.func' op failed to distribute").
-    replay = config_for(k, default_row(k, dispatch.gpu))
+    replay = config_of_row(k, row_of_iree(k, dispatch.gpu))
     assert replay.pipeline == dispatch.gpu["pipeline"]
     assert math.prod(replay.workgroup_size) == math.prod(dispatch.gpu["workgroup_size"])
     if expected[0] != VECTOR_DISTRIBUTE:
@@ -226,10 +230,10 @@ def test_occupancy_halves_when_workgroup_memory_doubles_past_half_the_cu():
     assert occupancy(k, rows, SM80).tolist() == [2, 1]
 
 
-def test_default_row_scores_as_iree_config():
+def test_iree_row_scores_as_iree_config():
     k = kernel("square", 2)
     space = gpu_space(k, SM80)
-    row = default_row(k, None)  # unknown: the fallback
+    row = row_of_iree(k, None)  # unknown: the fallback
     assert predict(k, space.candidates[:1], SM80, row)[0] == predict(k, row[None], SM80)[0]
 
 

@@ -4,13 +4,13 @@ IREE's own constraint verifier where it can check them, and the plan replays fro
 
 import pytest
 
-from sft.api import compile_program, search_plan
+from sft.search.strategy import compile_program, search_plan
 from sft.backend.constraints import verify_config
 from sft.measure import kernel_program
 from sft.models import SUITE
 from sft.plan import Plan
 from sft.program import prepare
-from sft.space.gpu import GpuConfig
+from sft.decisions import GpuConfig
 from sft.targets import get_target
 
 GPU_TARGETS = ["cuda:sm_80", "cuda:sm_90", "rocm:gfx942", "vulkan:rdna3"]

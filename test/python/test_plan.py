@@ -7,9 +7,11 @@ import torch
 import sft
 from sft.errors import IllegalPlan
 from sft.models import SUITE
-from sft.api import linalg_of, to_sft
+from sft.api import linalg_of
+from sft.program import to_sft
 from sft.passes.expand_batch import expandable
-from sft.plan import Plan, TileConfig
+from sft.decisions import TileConfig
+from sft.plan import Plan
 
 MLP_TILES = TileConfig((8, 64, 0), (8, 16, 0), (0, 0, 16))
 

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 import sft
-from sft.api import compile_program, search_plan, searched_plan
+from sft.search.strategy import compile_program, search_plan, searched_plan
 from sft.errors import SftError
 from sft.models import SUITE
 from sft.passes.low_precision import castable
 from sft.plan import Plan
 from sft.program import prepare
-from sft.space.gpu import GpuConfig
+from sft.decisions import GpuConfig
 from sft.targets import get_target
 from sft.tuning_db import TuningDB
 
@@ -63,7 +63,7 @@ def test_gpu_search_chooses_bf16_with_mma_and_says_so(mlp, tmp_path, monkeypatch
     # (without kernel choices) by other tests of the session compiling mlp for cuda:sm_90.
     monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path))
     program = mlp[2]
-    plan, report, _, planned, artifact = compile_program(program, program.module(), "cuda:sm_90",
+    plan, report, _, planned, artifact = compile_program(program, program.module(), get_target("cuda:sm_90"),
                                                          search="model", precision="bf16")
     assert not report.fallback and artifact.dispatch_count > 0
     assert plan.low_precision and all(t == "bf16" for _, t in plan.low_precision)
@@ -81,16 +81,16 @@ def test_gpu_search_chooses_bf16_with_mma_and_says_so(mlp, tmp_path, monkeypatch
     assert any(c.mma_kind == "NV_MMA_SYNC_F32_16x8x16_BF16" for _, c in plan.tiles)
     assert "xbf16>" in planned and Plan.from_json(plan.to_json()) == plan
     # the f32 search of the same program never replays the bf16 plan
-    f32_plan = compile_program(program, program.module(), "cuda:sm_90", search="model")[0]
+    f32_plan = compile_program(program, program.module(), get_target("cuda:sm_90"), search="model")[0]
     assert f32_plan.low_precision == ()
 
 
 def test_tuning_db_keys_the_precision(mlp, tmp_path):
     program, db = mlp[2], TuningDB(tmp_path / "tuning.sqlite")
-    low, _ = searched_plan(program, "cuda:sm_90", "model", db, "bf16")
-    exact, report = searched_plan(program, "cuda:sm_90", "model", db)
+    low, _ = searched_plan(program, get_target("cuda:sm_90"), "model", db, "bf16")
+    exact, report = searched_plan(program, get_target("cuda:sm_90"), "model", db)
     assert low.low_precision and exact.low_precision == () and not report.replayed
-    again, report = searched_plan(program, "cuda:sm_90", "model", db, "bf16")
+    again, report = searched_plan(program, get_target("cuda:sm_90"), "model", db, "bf16")
     assert again == low and report.replayed and "bf16 inputs" in report.chosen
 
 
@@ -106,8 +106,8 @@ def test_plan_json_roundtrip_and_bad_values():
 def test_precision_is_validated(mlp):
     program = mlp[2]
     with pytest.raises(SftError, match="precision must be one of 'f32', 'bf16', 'f16', not 'fp8'"):
-        compile_program(program, program.module(), "host", search="model", precision="fp8")
+        compile_program(program, program.module(), get_target("host"), search="model", precision="fp8")
     with pytest.raises(SftError, match="search='model' only"):
-        compile_program(program, program.module(), "host", search="verify", precision="bf16")
+        compile_program(program, program.module(), get_target("host"), search="verify", precision="bf16")
     with pytest.raises(SftError, match="not a contraction of f32 inputs"):
         sft.compile(*mlp[:2], plan=Plan(low_precision=((0, "bf16"),)))

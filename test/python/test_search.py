@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import sft
-from sft.cost.model import IREE_DEFAULT, predict
+from sft.cost.model import predict
+from sft.decisions.cpu_tiles import IREE_DEFAULT
 from sft.cost.hardware import TargetDesc
 from sft.models import SUITE
 from sft.backend.profile import Dispatch, Profile
@@ -129,7 +130,7 @@ def test_unknown_search_mode_is_an_error():
 def test_profile_reads_iree_dispatches_and_default_configs(cpu):
     """On every host form of IREE's CPU config (AVX2 adds a cache_parallel level first)."""
     from sft.backend import profile
-    from sft.cost.model import default_candidate
+    from sft.decisions.cpu_tiles import row_of_iree
 
     case = SUITE["mlp"]
     text = sft.api.linalg_of(case.build(), case.inputs())[0]
@@ -139,7 +140,7 @@ def test_profile_reads_iree_dispatches_and_default_configs(cpu):
     assert first is not None and first.flops == 2 * 32 * 1024 * 256
     assert first.config is not None, "IREE's default config was not read"
     kernel = Kernel(0, (32, 1024, 256), ("m", "n", "k"), 4, ())
-    dm, dn, vm, vn, vk = default_candidate(kernel, first)
+    dm, dn, vm, vn, vk = row_of_iree(kernel.roles, first.config)
     dist, par, red = first.config
     assert (dm, dn, vm, vn, vk) == (dist[0], dist[1], par[0], par[1], red[2])
     assert all(x > 0 for x in (dm, dn, vm, vn, vk))
@@ -156,10 +157,11 @@ def test_profile_reads_iree_dispatches_and_default_configs(cpu):
      "reduction = [0, 0, 8], subgroup = [2, 4, 0], workgroup = [64, 128, 0]}", None),
 ])
 def test_lowering_configs_are_read_structurally(body, expected):
-    from sft.backend.profile import _cpu_config, parse_lowering_config
+    from sft.backend.profile import parse_lowering_config
+    from sft.decisions.cpu_tiles import levels_of_iree
 
     fields = parse_lowering_config(body)
-    assert _cpu_config(fields) == expected
+    assert levels_of_iree(fields) == expected
     if "workgroup" in body:
         assert fields["workgroup"] == (64, 128, 0) and fields["mma_kind"].startswith("#iree_gpu")
 
@@ -234,15 +236,15 @@ def test_a_plan_that_does_not_compile_falls_back_to_the_next_ranked(tmp_path, mo
     """The model's pick failing in iree-compile (aggressive fusion past IREE's stack limit on a
     training step, here an unknown flag) costs the pick, not the search: another ranked option
     set compiles, is reported, and is what the database replays."""
-    import sft.api as api
+    import sft.search.strategy as strategy
 
-    real = api.search_plan
+    real = strategy.search_plan
 
     def failing_pick(*args, **kwargs):
         plan, report = real(*args, **kwargs)
         return dataclasses.replace(plan, flags=(*plan.flags, "--iree-no-such-flag")), report
 
-    monkeypatch.setattr(api, "search_plan", failing_pick)
+    monkeypatch.setattr(strategy, "search_plan", failing_pick)
     monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path / "cache"))
     model, x = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.ReLU()), torch.randn(4, 16)
     compiled = sft.compile(model, (x,), search="model")

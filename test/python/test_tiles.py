@@ -7,7 +7,7 @@ from sft.backend import compile_module
 from sft.cost.host import AVX2, AVX512
 from sft.errors import SftError
 from sft.measure import kernel_program
-from sft.plan import TileConfig
+from sft.decisions import TileConfig
 from sft.space.kernels import Kernel
 from sft.space.tiles import legal, tile_space
 

@@ -16,6 +16,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
+from ..decisions.cpu_tiles import levels_of_iree
 from ..syntax import split_top_level
 
 _FUNC = re.compile(r"func\.func @\w+_dispatch_(\d+)_(\w+?)\(")
@@ -78,18 +79,6 @@ def _value(text: str):
         except ValueError:
             return text
     return text
-
-
-def _cpu_config(fields: dict) -> tuple[tuple[int, ...], ...] | None:
-    """(distribution, vector parallel, vector reduction) of a CPU root op's config; None when
-    the config has no reduction level (not a contraction's) or is in no CPU form."""
-    if "tile_sizes" in fields:  # [[distribution], [parallel], [reduction], ...]
-        levels = fields["tile_sizes"]
-        fields = dict(zip(("distribution", "vector_common_parallel", "vector_reduction"), levels))
-    levels = [fields.get(k) for k in ("distribution", "vector_common_parallel", "vector_reduction")]
-    if any(not isinstance(v, tuple) or not all(isinstance(x, int) for x in v) for v in levels):
-        return None
-    return tuple(levels) if any(levels[2]) else None
 
 
 def gpu_translation(line: str) -> dict | None:
@@ -224,7 +213,7 @@ def parse_profile(text: str) -> Profile:
         if start and (current["config"] is None or (translation and current["gpu"] is None)):
             end = _bracketed(line, start.end() - 1)
             fields = parse_lowering_config(line[start.end():end - 1])
-            config = _cpu_config(fields) if current["config"] is None else None
+            config = levels_of_iree(fields) if current["config"] is None else None
         gpu_root = (translation is not None and contraction and current["gpu"] is None
                     and fields is not None and _is_gpu_contraction(fields))
         if gpu_root:

@@ -18,13 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend.profile import Dispatch, Profile
+from ..decisions.cpu_tiles import IREE_DEFAULT
 from ..space.kernels import Kernel
 from ..space.options import ModuleOptions
 from .hardware import TargetDesc
 
-# IREE's CPU choice for a matmul when its own config cannot be read: what it picks for the
-# shapes of the suite on AVX-512 (distribution 32x64, vector 8x16, reduction 16).
-IREE_DEFAULT = (32, 64, 8, 16, 16)
 # Share of peak assumed for a contraction whose code sft does not model (a convolution, a step
 # of a chain that is not matmul-like).
 UNTILED_EFFICIENCY = 0.5
@@ -37,21 +35,6 @@ def _ceil_div(a, b):
 def parallel_speedup(active, target: TargetDesc):
     """What `active` busy cores give over one, at the target's measured parallel efficiency."""
     return 1.0 + (active - 1.0) * target.parallel_efficiency
-
-
-def default_candidate(kernel: Kernel, dispatch: Dispatch | None) -> tuple[int, ...]:
-    """(dm, dn, vm, vn, vk) of IREE's own config for this kernel, read from its dispatch."""
-    if dispatch is not None and dispatch.config and len(dispatch.config[0]) == len(kernel.roles):
-        dist, par, red = dispatch.config
-        pick = {}
-        for i, role in enumerate(kernel.roles):
-            if role in "mn":
-                pick["d" + role], pick["v" + role] = max(dist[i], 1), max(par[i], 1)
-            elif role == "k":
-                pick["vk"] = max(red[i], 1)
-        if len(pick) == 5:
-            return tuple(pick[f] for f in ("dm", "dn", "vm", "vn", "vk"))
-    return IREE_DEFAULT
 
 
 def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: int | None = None,

@@ -1,6 +1,6 @@
 """Random plans from the search space of a program, applicable by construction.
 
-A plan is drawn the way `api.search_plan` builds one, decision by decision, each on the program
+A plan is drawn the way `search.strategy.search_plan` builds one, decision by decision, each on the program
 as the decisions before it left it:
 
 - expand: a random subset of the contractions `expandable` names;
@@ -12,7 +12,7 @@ as the decisions before it left it:
   `contraction_kernels` in the reordered program that the search would tile too, sometimes a
   random candidate of its `tile_space` other than 0 (IREE's own config). The search tiles the
   kernels `search.exhaustive.as_compiled` keeps: those IREE compiles as a dispatch with the same
-  loop extents, read from IREE's profile of the program (`api.iree_view`, one cached
+  loop extents, read from IREE's profile of the program (`search.strategy.iree_view`, one cached
   `--compile-to=executable-configurations` run); with `all_kernels=True` every kernel may be
   tiled (the space as `space/` states it, without IREE's word).
 
@@ -23,7 +23,8 @@ convexity rule, which is the plan's fault (check.py counts it as skipped).
 
 from __future__ import annotations
 
-from ..api import iree_view, to_sft
+from ..program import to_sft
+from ..search.strategy import iree_view
 from ..errors import SftError
 from ..passes.common import compute_ops
 from ..passes.expand_batch import ExpandBatchPass, expandable

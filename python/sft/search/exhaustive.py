@@ -101,7 +101,7 @@ class SearchReport:
             "options": [{"options": o.options.describe(), "predicted_s": o.predicted}
                         for o in self.ranked],
             "kernels": [{"op": c.kernel.op_id, "domain": c.kernel.domain, "roles": c.kernel.roles,
-                         "candidates": len(c.space), "best": c.space.config(c.best).__repr__(),
+                         "candidates": len(c.space), "best": _config_data(c.space.config(c.best)),
                          "predicted_s": _finite(c.predicted[0]),
                          "default_predicted_s": _finite(c.default_prediction()),
                          "precision": c.precision}
@@ -139,6 +139,11 @@ class SearchReport:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, default=str)
+
+
+def _config_data(config) -> dict | None:
+    """A kernel config as the report's JSON holds it (None: IREE's own)."""
+    return None if config is None else config.to_dict()
 
 
 def _finite(seconds: float) -> float | None:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cost.host import HostISA, host_isa
-from ..plan import TileConfig
+from ..decisions.cpu_tiles import ROW, TileConfig, config_of_row
 from .kernels import Kernel
 
-FIELDS = ("dm", "dn", "vm", "vn", "vk")
+FIELDS = ROW
 
 
 def _sizes(extent: int, choices, whole: bool = True) -> np.ndarray:
@@ -38,15 +38,7 @@ class TileSpace:
 
     def config(self, index: int) -> TileConfig | None:
         """The TileConfig for candidate `index`; None for IREE's default."""
-        if index == 0:
-            return None
-        dm, dn, vm, vn, vk = (int(x) for x in self.candidates[index])
-        dist, par, red = [], [], []
-        for role in self.kernel.roles:
-            dist.append({"m": dm, "n": dn, "b": 1}.get(role, 0))
-            par.append({"m": vm, "n": vn, "b": 1}.get(role, 0))
-            red.append(vk if role == "k" else 0)
-        return TileConfig(tuple(dist), tuple(par), tuple(red))
+        return config_of_row(self.kernel.roles, self.candidates[index])
 
 
 def legal(kernel: Kernel, c: np.ndarray, isa: HostISA | None = None) -> np.ndarray:

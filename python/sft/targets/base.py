@@ -95,7 +95,7 @@ class Target:
 
 def gpu_program_desc(gpu) -> TargetDesc:
     """A GPU's program-level description (the other dispatches' memory time, launch costs,
-    chain-order floors), derived from its kernel-level `cost.gpu.GpuDesc`: one source for a
+    chain-order floors), derived from its kernel-level `cost.hardware.GpuDesc`: one source for a
     device's numbers."""
     return TargetDesc(
         name=f"{gpu.api}-{gpu.arch}", cores=gpu.compute_units, simd_f32=gpu.subgroup_size,

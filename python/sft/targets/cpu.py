@@ -9,7 +9,8 @@ import numpy as np
 
 from ..cost.hardware import TargetDesc
 from ..cost.host import HostISA
-from ..cost.model import default_candidate, predict
+from ..cost.model import predict
+from ..decisions.cpu_tiles import row_of_iree
 from ..space.kernels import Kernel
 from ..space.tiles import TileSpace, tile_space
 
@@ -30,7 +31,7 @@ class CpuCodegen:
         return tile_space(kernel, isa=self.isa)
 
     def default(self, kernel: Kernel, dispatch) -> tuple:
-        return default_candidate(kernel, dispatch)
+        return row_of_iree(kernel.roles, dispatch.config if dispatch is not None else None)
 
     def predict(self, kernel: Kernel, candidates: np.ndarray, desc: TargetDesc, cores: int,
                 default: tuple) -> np.ndarray:

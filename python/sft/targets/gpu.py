@@ -8,9 +8,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..cost.gpu import default_row, predict
-from ..cost.hardware import GpuDesc
-from ..cost.hardware import TargetDesc
+from ..cost.gpu import predict
+from ..cost.hardware import GpuDesc, TargetDesc
+from ..decisions.gpu_tiles import row_of_iree
 from ..space.gpu import GpuSpace, gpu_space
 from ..space.kernels import INPUT_BYTES, Kernel
 
@@ -23,7 +23,7 @@ class GpuCodegen:
         return gpu_space(kernel, self.gpu)
 
     def default(self, kernel: Kernel, dispatch) -> tuple:
-        return tuple(int(x) for x in default_row(kernel, getattr(dispatch, "gpu", None)))
+        return tuple(int(x) for x in row_of_iree(kernel, getattr(dispatch, "gpu", None)))
 
     def predict(self, kernel: Kernel, candidates: np.ndarray, desc: TargetDesc, cores: int,
                 default: tuple) -> np.ndarray:

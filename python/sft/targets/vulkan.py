@@ -1,4 +1,4 @@
-"""GPUs through Vulkan (SPIR-V). Numbers: `cost/gpu.py` (AMD's Radeon RX 7900 XTX
+"""GPUs through Vulkan (SPIR-V). Numbers: below (AMD's Radeon RX 7900 XTX
 specifications).
 
 `vulkan:lavapipe` is the device every machine can have: Mesa's lavapipe (`llvmpipe`, a Vulkan
@@ -22,16 +22,38 @@ import re
 from functools import lru_cache
 
 from ..backend.vulkan_info import VulkanDevice, query_devices
-from ..cost import gpu
 from ..cost.hardware import GpuDesc
 from .base import KEEP_F64, Target, gpu_program_desc
 from .gpu import GpuCodegen
 
 
+# Spec-sheet values, dense (no sparsity), each with its source; those no vendor publishes (L2
+# bandwidth, latency, launch cost, mma.sync's share of Hopper's peak) are marked as estimates
+# and are what a device run must calibrate.
+# AMD Radeon RX 7900 XTX (RDNA 3, gfx1100): AMD's product specifications (96 CUs at 2.5 GHz boost;
+# 61.4 TFLOP/s f32 (dual issue), 122.8 f16 (WMMA); f64 at 1/32 of f32; 64 KB LDS per CU;
+# 192 KB of VGPRs per SIMD, 2 SIMDs per CU; 96 MB Infinity Cache; 24 GB GDDR6 at 960 GB/s).
+RDNA3 = GpuDesc(
+    name="rx7900xtx", api="vulkan", arch="rdna3", compute_units=96, subgroup_size=32,
+    simds_per_cu=2, clock_hz=2.5e9, simt_f32=61.4e12, simt_f64=61.4e12 / 32,
+    mma_flops=(("f16", 122.8e12), ("bf16", 122.8e12)),
+    intrinsics=("WMMAR3_F32_16x16x16_F16", "WMMAR3_F16_16x16x16_F16", "WMMAR3_F32_16x16x16_BF16",
+                "WMMAR3_BF16_16x16x16_BF16", "WMMAR3_I32_16x16x16_I8"),
+    shared_per_cu=64 * 1024, shared_per_workgroup=65536, shared_bytes_per_clk=128,
+    registers_per_cu=2 * 192 * 1024 // 4, max_registers_per_thread=256,
+    max_threads_per_cu=1024,    # 16 waves of 32 per SIMD
+    max_threads_per_workgroup=1024, max_workgroups_per_cu=32, l2_bytes=96 * 2**20,
+    dram_bytes=24 * 10**9, dram_bandwidth=960e9,
+    l2_bandwidth=3.5e12,        # estimate: AMD quotes up to 3.5x the GDDR6 rate for Infinity Cache
+    memory_latency=0.6e-6,      # estimate
+    launch_overhead=8e-6,       # estimate: a Vulkan dispatch through IREE's HAL
+)
+
+
 def rdna3() -> Target:
     return Target(name="vulkan:rdna3", about="AMD RDNA3 (RX 7900 XTX), Vulkan/SPIR-V",
                   flags=("--iree-hal-target-device=vulkan", "--iree-vulkan-target=rdna3", KEEP_F64),
-                  driver="vulkan", desc=gpu_program_desc(gpu.RDNA3), codegen=GpuCodegen(gpu.RDNA3))
+                  driver="vulkan", desc=gpu_program_desc(RDNA3), codegen=GpuCodegen(RDNA3))
 
 
 # Mesa 22.3.6's lavapipe as `vulkaninfo --json` reported it (Debian 12, 2026-12-01).

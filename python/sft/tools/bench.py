@@ -135,7 +135,9 @@ def quality(models: list[str], kernels: int, candidates: int, rounds: int, seed:
     """The cost model against measurement on the suite's contraction kernels, held out from the
     calibration's fit (whose kernels are synthetic: a suite kernel of a fit kernel's shape and
     layout is left out, and the output says so)."""
-    from ..api import iree_view, linalg_of, to_sft
+    from ..api import linalg_of
+    from ..program import to_sft
+    from ..search.strategy import iree_view
     from ..calibrate import FIT_KERNELS
     from ..measure import measure_candidates
     from ..search.exhaustive import as_compiled

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..api import PRECISIONS, check_precision, searched_plan
+from ..search.strategy import PRECISIONS, check_precision, searched_plan
 from ..program import lower, prepare
 from ..backend import compile_module
 from ..targets import get_target, target_names

@@ -17,19 +17,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..api import compile_program, search_plan
 from ..backend import compile_module, profile
 from ..errors import SftError
 from ..measure import _TYPES, kernel_inputs, kernel_program
 from ..models import BENCH_SUITE
 from ..plan import Plan
 from ..program import lower, prepare
+from ..search.candidates import plan_of, program_candidates
 from ..search.exhaustive import rank_tiles
+from ..search.strategy import compile_program, search_plan
 from ..space.kernels import Kernel
 from ..space.options import ModuleOptions
 from ..values import NP_TYPES, to_numpy
 
-TOP_OPTIONS, TOP_K = 4, 3  # as sft's verify: option sets and configs per kernel
+TOP_K = 3  # as sft's verify: configs per kernel
 # Config fields as the run's table shows them.
 _SHORT = {"distribution": "dist", "vector_common_parallel": "vec", "vector_reduction": "red",
           "workgroup": "wg", "reduction": "red", "subgroup": "sub", "workgroup_size": "wgsize",
@@ -68,7 +69,7 @@ def _array_entry(key: str, a: np.ndarray, **extra) -> dict:
 
 def _config_json(config):
     """A kernel config (a TileConfig or GpuConfig) as data; None for IREE's own."""
-    return None if config is None else dataclasses.asdict(config)
+    return None if config is None else config.to_dict()
 
 
 def _config_text(config) -> str:
@@ -124,36 +125,31 @@ def best_tiled(report):
     return next((o for o in report.ranked if o.options.keeps_tiles and o.kernels), None)
 
 
-def verify_candidates(report) -> list[tuple[str, object, float | None]]:
-    """(name, plan, predicted seconds) of the whole-program plans sft's verify would time
-    (`measure.verify`), with the model's own tile picks where verify would use the measured
-    ones (measured only on the device, later): IREE's default, the best plan under each of the
-    top option sets, the best options on the program as written when a graph rewrite was
-    chosen, and, for the best option set that keeps tiles, every kernel at its 2nd and 3rd
-    predicted config (a stand-in for verify's per-kernel picks). Identical plans once."""
+def verify_candidates(report) -> list[tuple[str, Plan, float | None]]:
+    """(name, plan, predicted seconds) of the whole-program plans sft's verify times
+    (`search.candidates.program_candidates`), with the model's own tile picks where verify would
+    use the measured ones (measured only on the device, later), and, for the best option set
+    that keeps tiles, every kernel at its 2nd and 3rd predicted config (a stand-in for verify's
+    per-kernel picks). Identical plans once."""
     def rank(c, r):
         return c.ranked[min(r, len(c.ranked) - 1)]
 
-    def plan(option, r=0):
-        o = option.options
-        tiles = tuple((c.kernel.op_id, c.space.config(rank(c, r))) for c in option.kernels
-                      if rank(c, r) != 0) if o.keeps_tiles else ()
-        return Plan(report.expand, report.orders, tiles=tiles, flags=o.flags, driver=o.driver)
+    def tiles(option, r=0):
+        return tuple((c.kernel.op_id, c.space.config(rank(c, r))) for c in option.kernels if rank(c, r) != 0)
 
-    found = [("iree-default", Plan(), default_prediction(report))]
-    found += [(o.options.describe(), plan(o), o.predicted) for o in report.ranked[:TOP_OPTIONS]]
-    if report.ranked and (report.orders or report.expand):
-        o = report.ranked[0].options
-        found.append((f"{o.describe()} as written", Plan(flags=o.flags, driver=o.driver), None))
     tiled = best_tiled(report)
+    predicted = {o.options.describe(): o.predicted for o in report.ranked}
+    predicted["iree-default"] = default_prediction(report)
+    found = [(name, plan, predicted.get(name))
+             for name, plan in program_candidates(report, tiles(tiled) if tiled else ()).items()]
     if tiled is not None:
         for r in (1, 2):
             picks = [c.predicted[min(r, len(c.predicted) - 1)] for c in tiled.kernels]
-            found.append((f"{tiled.options.describe()} tiles #{r + 1}", plan(tiled, r),
-                          _with_picks(tiled, picks)))
+            found.append((f"{tiled.options.describe()} tiles #{r + 1}",
+                          plan_of(report, tiled.options, tiles(tiled, r)), _with_picks(tiled, picks)))
     unique = {}
-    for name, plan_, predicted in found:
-        unique.setdefault(plan_, (name, plan_, predicted))
+    for name, plan, seconds in found:
+        unique.setdefault(plan, (name, plan, seconds))
     return list(unique.values())
 
 
@@ -272,7 +268,8 @@ def model_entry(name: str, target, store: Store, kernels: dict, progress) -> dic
         if key in built or key in jobs:
             continue
         try:
-            jobs[key] = (lower(program.module(), plan_)[1], plan_.flags)
+            text = program.linalg if plan_.as_imported else lower(program.module(), plan_)[1]
+            jobs[key] = (text, plan_.flags)
         except SftError as err:  # a plan that does not apply (IllegalPlan)
             built[key] = f"lower: {err}"
     built.update(_compile_all(jobs, target))

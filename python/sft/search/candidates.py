@@ -1,0 +1,47 @@
+"""Plans from a search's result: the one constructor of a searched `Plan` (`plan_of`), and the
+whole-program candidates that verify times (`program_candidates`; gpu-check prepares the same
+list for a GPU machine)."""
+
+from __future__ import annotations
+
+from ..plan import Plan
+from ..space.options import ModuleOptions
+
+TOP_OPTIONS = 4  # option sets verify times beyond the best of each kind
+
+
+def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tuple = ()) -> Plan:
+    """The plan of one searched option set: the report's graph rewrites (batch expansion and
+    chain orders), the options' iree-compile flags and driver, and `tiles` and `low_precision`
+    where the options keep sft's kernel configs (data tiling and micro-kernels replace them)."""
+    keeps = options.keeps_tiles
+    return Plan(expand=report.expand, orders=report.orders, tiles=tuple(tiles) if keeps else (),
+                flags=options.flags, driver=options.driver,
+                low_precision=tuple(low_precision) if keeps else ())
+
+
+def program_candidates(report, tiles: tuple = (), top_options: int = TOP_OPTIONS) -> dict[str, Plan]:
+    """name -> plan of each whole program verify times: IREE's default through sft's raise and
+    lower, IREE alone on the front end's import (whatever sft's own lowering costs, the user is
+    never given less than IREE alone), the `top_options` best predicted option sets with
+    `tiles`, plus the best of each driver, fusion and convolution strategy however the model
+    ranks them (the executor's cost on a shared machine, IREE's convolution code and what its
+    aggressive fusion cannot compile are what the model misjudges), and, where a graph rewrite
+    was chosen, the best options on the program as written (the rewrites measured alone).
+    Identical plans once, under the first name."""
+    candidates = {"iree-default": Plan(), "iree-import": Plan(as_imported=True)}
+    kind = lambda o: (o.options.driver, o.options.im2col, o.options.fusion)  # noqa: E731
+    options = list(report.ranked[:top_options])
+    for option in report.ranked[top_options:]:
+        if kind(option) not in {kind(o) for o in options}:
+            options.append(option)
+    for option in options:
+        candidates[option.options.describe()] = plan_of(report, option.options, tiles)
+    if report.ranked and (report.orders or report.expand):
+        o = report.ranked[0].options
+        candidates[f"{o.describe()} as written"] = Plan(flags=o.flags, driver=o.driver)
+    unique: dict[str, Plan] = {}
+    for name, plan in candidates.items():
+        if plan not in unique.values():
+            unique[name] = plan
+    return unique

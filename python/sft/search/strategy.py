@@ -1,0 +1,272 @@
+"""The search strategy: from a program to the plan it compiles with, and the compile itself.
+
+`search_plan` is the outer search over the decisions the kernel search (`exhaustive`) takes as
+given: batch expansion and chain orders (each way searched on IREE's own view of the program,
+a rewrite kept only where it predicts a clear gain, `REWRITE_MARGIN`), the option sets, the
+low-precision twins. `searched_plan` replays a stored search from the tuning database, else
+searches (and verifies, with search="verify") and records. `compile_program` compiles the plan
+and, where a searched plan does not apply or IREE refuses it, falls back to the next option
+sets the model ranked, then to IREE's own choice: a search never makes a program fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from tqdm import tqdm
+
+from ..backend import compile_module, profile
+from ..backend.iree import Artifact
+from ..backend.runtime import check_driver
+from ..errors import SftError
+from ..measure import SEARCH_REVISION, verify
+from ..passes.expand_batch import ExpandBatchPass, expandable
+from ..passes.low_precision import castable, renumber
+from ..passes.reassociate import ReassociatePass
+from ..plan import LOW_PRECISION_TYPES, Plan
+from ..program import Program, lower, to_sft
+from ..space.chains import contraction_chains
+from ..space.kernels import contraction_kernels
+from ..space.options import FORMATION_FLAGS, IM2COL
+from ..targets import Target
+from ..tuning_db import TuningDB
+from ..values import aliases
+from .candidates import plan_of
+from .chains import choose_orders, plan_orders
+from .exhaustive import SearchReport, search_program
+
+
+def _profiles(requests: list[tuple[str, tuple[str, ...]]], target: Target) -> list:
+    """IREE's profile of each (program text, dispatch-forming flags), compiled side by side:
+    each is a separate iree-compile process, and a search needs up to eight of them. None
+    where IREE fails under those flags (its aggressive fusion fails on training graphs)."""
+    def one(request):
+        try:
+            return profile(request[0], target, request[1])
+        except SftError:  # IREE cannot form this program's dispatches under these flags
+            return None
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return list(pool.map(one, requests))
+
+
+def iree_view(module, target: Target, options) -> tuple[list, dict]:
+    """The contraction kernels of an sft module, and IREE's view of the program (its dispatches
+    and default configs) under each set of dispatch-forming flags that `options` use. Consumes
+    the module."""
+    kernels = contraction_kernels(module)
+    default_text = lower(module, Plan())[1]
+    flag_sets = sorted({o.formation_flags for o in options})
+    found = zip(flag_sets, _profiles([(default_text, f) for f in flag_sets], target))
+    return kernels, {flags: p for flags, p in found if p is not None}
+
+
+REWRITE_MARGIN = 0.03  # a graph rewrite must predict this much gain over the program as written
+PRECISIONS = ("f32", *LOW_PRECISION_TYPES)
+
+
+def check_precision(precision: str, search: str = "model") -> None:
+    """An SftError unless `precision` is one the search knows (and one `search` can honour)."""
+    if precision not in PRECISIONS:
+        raise SftError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, not {precision!r}")
+    if precision != "f32" and search == "verify":
+        # verify times kernels and programs as the f32 plans measure.py builds: it would drop
+        # the low-precision choice without saying so
+        raise SftError(f"precision={precision!r} is searched with search='model' only; "
+                       "search='verify' does not measure low-precision plans")
+
+
+def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[Plan, SearchReport]:
+    """The plan the cost model predicts fastest for `target`, and the search's report.
+
+    `precision` "bf16" or "f16" lets each f32 contraction kernel run from inputs rounded to that
+    type (f32 accumulation) where the model predicts it faster, casts included; the plan's
+    `low_precision` and the report's `chosen` name the ops. "f32" searches as before."""
+    check_precision(precision)
+    options = list(target.options)
+    desc = target.desc
+    flag_sets = sorted({o.formation_flags for o in options})
+    # Batch expansion changes which dispatches IREE forms (and can bring two contractions next
+    # to each other, making a chain), so the program is searched both ways, each on IREE's own
+    # view of it; it is kept as written unless the expansion predicts a clear gain.
+    written_module = to_sft(sft_text)
+    variants, orders, casts = {}, {}, {}
+    for expand in dict.fromkeys([(), expandable(written_module)]):
+        variant = to_sft(sft_text) if expand else written_module
+        ExpandBatchPass(expand)(variant)
+        start = time.perf_counter()
+        chains = choose_orders(contraction_chains(variant), target, desc.cores)
+        seconds = time.perf_counter() - start
+        orders[expand] = plan_orders(chains)
+        ReassociatePass(orders[expand])(variant)
+        kernels = contraction_kernels(variant)
+        casts[expand] = castable(variant) if precision != "f32" else {}
+        variants[expand] = (kernels, lower(variant, Plan())[1], chains, seconds)
+    # IREE's profiles are most of a search's time. A rewrite is first searched under IREE's
+    # default dispatch formation only, beside the program as written under every option; it
+    # gets the other formations' profiles only when it already predicts a clear gain there.
+    default_only = [o for o in options if not o.formation_flags]
+    # im2col changes nothing in a program without convolutions: its profiles are taken (and its
+    # option sets searched) only where IREE's default view has one
+    im2col_sets = [f for f in flag_sets if IM2COL in f]
+    requests = [((), flags) for flags in flag_sets if flags not in im2col_sets]
+    requests += [(e, ()) for e in variants if e]
+    profiles = dict(zip(requests, _profiles([(variants[e][1], f) for e, f in requests], target)))
+
+    if profiles[((), ())] is None:  # IREE cannot compile the program as written: say how
+        profile(variants[()][1], target)
+    if any("conv" in d.name for d in profiles[((), ())].dispatches):
+        more = [((), f) for f in im2col_sets]
+        profiles.update(zip(more, _profiles([(variants[()][1], f) for _, f in more], target)))
+
+    def searched(expand, opts):
+        kernels, _, chains, seconds = variants[expand]
+        mine = {f: p for (e, f), p in profiles.items() if e == expand and p is not None}
+        report = search_program(kernels, mine, target, [o for o in opts if o.formation_flags in mine],
+                                precision=precision, castable=casts[expand])
+        report.add_chains(chains, seconds)
+        return report
+
+    reports = {(): searched((), options)}
+    written_default = min(o.predicted for o in reports[()].ranked if not o.options.formation_flags)
+    for expand in [e for e in variants if e and profiles[(e, ())] is not None]:
+        reports[expand] = searched(expand, default_only)
+        if reports[expand].ranked[0].predicted < written_default * (1.0 - REWRITE_MARGIN):
+            more = [(expand, f) for f in flag_sets if f and f not in im2col_sets]
+            profiles.update(zip(more, _profiles([(variants[expand][1], f) for _, f in more], target)))
+            reports[expand] = searched(expand, options)
+    written = reports[()].ranked[0].predicted
+    expand = min(reports, key=lambda e: reports[e].ranked[0].predicted)
+    if reports[expand].ranked[0].predicted > written * (1.0 - REWRITE_MARGIN):
+        expand = ()
+    report = reports[expand]
+    report.add_alternatives(reports)
+    best = report.ranked[0]
+    tiles, low = (), ()
+    if best.options.keeps_tiles:
+        low = tuple((c.kernel.op_id, c.precision) for c in best.kernels if c.precision != "f32")
+        # Tiles name ops after sft-low-precision inserted its casts (one per input cast)
+        inserted = {op: len(casts[expand][op]) for op, _ in low}
+        tiles = tuple((renumber(c.kernel.op_id, inserted), c.space.config(c.best))
+                      for c in best.kernels if c.best != 0)
+    report.chosen = best.options.describe()
+    if not target.model_times:
+        report.chosen += "; IREE's kernel configs (the cost model has no timings for this device)"
+    if low:  # never silent: the numbers change
+        report.chosen += (f"; {low[0][1]} inputs, f32 accumulation on ops "
+                          f"{[op for op, _ in low]}")
+    return plan_of(report, best.options, tiles, low), report
+
+
+def _db_key(target: Target, precision: str) -> str:
+    """The tuning database's target key for a search at `precision`."""
+    key = target.key(SEARCH_REVISION)
+    # a plan searched with low precision allowed is never an f32 search's
+    return key + (f"-{precision}" if precision != "f32" else "")
+
+
+def searched_plan(program: Program, target: Target, search: str,
+                  db: TuningDB, precision: str = "f32") -> tuple[Plan, SearchReport]:
+    """search="model" or "verify": replayed from the tuning database when this program's
+    structure was searched before on this target and compiler (and precision), else searched
+    (and recorded)."""
+    check_precision(precision, search)
+    tkey = _db_key(target, precision)
+    hit = db.lookup_plan(program.workload, tkey, search)
+    if hit is not None:
+        try:
+            stored = json.loads(hit[1])
+            report = SearchReport(scored=stored.get("scored", 0),
+                                  space_size_log10=stored.get("space_size_log10", 0.0),
+                                  measured=stored.get("measured_s", {}),
+                                  chosen=stored.get("chosen", ""), replayed=True)
+            return Plan.from_json(hit[0]), report
+        except (SftError, ValueError, AttributeError):
+            pass  # a stored record that no longer reads: search again, and overwrite it
+    plan, report = search_plan(program.sft_text, target, precision)
+    if search == "verify":
+        with tqdm(desc="sft verify", unit="run", leave=False) as bar:
+            # timed as the compiled object is called: the state and the donated arguments on
+            # the device, their new values left there
+            carried = aliases(program.signature)
+            resident = tuple(sorted({*range(len(program.state)), *carried}))
+            text_of = lambda p: program.linalg if p.as_imported else lower(program.module(), p)[1]  # noqa: E731
+            plan = verify(report, text_of, target,
+                          program.timing_inputs(), db, progress=bar.update,
+                          keep=tuple(carried.values()), resident=resident)
+    db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
+    return plan, report
+
+
+def compile_program(program: Program, module, target: Target, plan: Plan | None = None,
+                    search: str = "none", precision: str = "f32",
+                    ) -> tuple[Plan, SearchReport | None, str, str, Artifact]:
+    """Plan (given, searched or empty), lower and compile a prepared program; `module` is its
+    raised sft module, consumed. Returns (plan, report, lowered, planned, artifact).
+    `precision` as in `compile`."""
+    if search not in ("none", "model", "verify"):
+        raise SftError(f"search must be 'none', 'model' or 'verify', not {search!r}")
+    check_precision(precision, search)
+    if search == "verify" and plan is None:  # verify times candidates on this machine's device
+        check_driver(target.driver)
+    report, seconds = None, program.seconds
+    start = time.perf_counter()
+    if plan is None and search != "none":
+        plan, report = searched_plan(program, target, search, TuningDB(), precision)
+        seconds["search"] = time.perf_counter() - start
+    plan = plan or Plan()
+    try:
+        lowered, planned, artifact = _lower_and_compile(module, plan, target, seconds, program.linalg)
+    except SftError as error:
+        if report is None:
+            raise
+        # A searched (or replayed) plan that does not apply or that IREE refuses (aggressive
+        # fusion can exceed IREE's stack limit on a training step) is discarded, never fatal:
+        # the next option sets the model ranked, without tiles, then IREE's own choice.
+        for name, fallback in [*_fallbacks(report, plan), ("iree-default", Plan())]:
+            try:
+                lowered, planned, artifact = _lower_and_compile(program.module(), fallback, target,
+                                                                seconds, program.linalg)
+                break
+            except SftError:
+                if fallback == Plan():
+                    raise
+        report.fallback = True
+        why = error.message.splitlines()[0].split("error: ")[-1]  # not the scratch file's path
+        report.chosen = f"{name}, untiled (the search's pick failed to compile: {why[:160]})"
+        plan = fallback
+        if search != "none":  # replays take the plan that compiled
+            TuningDB().record_plan(program.workload, _db_key(target, precision), search,
+                                   plan.to_json(), report.to_json())
+    return plan, report, lowered, planned, artifact
+
+
+def _fallbacks(report: SearchReport, failed: Plan, count: int = 3) -> list[tuple[str, Plan]]:
+    """(name, plan) to try when `failed` does not compile, best ranked first, each with the
+    search's graph rewrites and no tiles: the failed option set itself where it had tiles, then
+    option sets without its dispatch-forming flags (what fails is mostly a dispatch IREE's
+    codegen cannot take: aggressive fusion past the stack limit, in every set that has it)."""
+    failed_formation = {f for f in failed.flags if f in FORMATION_FLAGS}
+    found = {}
+    for option in report.ranked:
+        o = option.options
+        plan = plan_of(report, o)
+        untiled = failed.tiles and (o.flags, o.driver) == (failed.flags, failed.driver)
+        forms_failed = failed_formation <= set(o.formation_flags)  # what failed, maybe more
+        if plan != failed and plan not in found.values() and (untiled or not forms_failed):
+            found[o.describe()] = plan
+    return list(found.items())[:count]
+
+
+def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict, imported: str):
+    """Lower `module` under `plan` (or take the front end's linalg, `imported`, for a plan
+    `as_imported`) and compile it."""
+    start = time.perf_counter()
+    lowered, planned = (imported, imported) if plan.as_imported else lower(module, plan)
+    lowered_at = time.perf_counter()
+    artifact = compile_module(planned, target, plan.flags)
+    seconds.update({"lower": lowered_at - start, "iree-compile": time.perf_counter() - lowered_at})
+    return lowered, planned, artifact
