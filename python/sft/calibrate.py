@@ -25,6 +25,7 @@ from .backend.bench import Variant, benchmark
 from .cost.hardware import CpuModelParams, TargetDesc
 from .cost.model import predict
 from .decisions.cpu_tiles import row_of_iree
+from .targets import get_target
 from .errors import SftError
 from .measure import kernel_inputs, kernel_program
 from .space.kernels import Kernel
@@ -88,20 +89,20 @@ def chain_program(regions: int, n: int) -> str:
 
 def measure_host(rounds: int = 7, progress=None) -> dict:
     """The measured program-level fields of the host's TargetDesc."""
-    host = detected_description()
+    host, target = detected_description(), get_target("host")
     # Two sizes of element: 256 floats run as one workgroup (what a call and a dispatch cost),
     # 64 Ki floats are split among the executor's workers, which then meet once per dispatch.
     t = {}
     for prefix, n in (("chain", 256), ("split", SPLIT)):
         variants = {}
         for regions in (1, 17):
-            art = compile_module(chain_program(regions, n))
+            art = compile_module(chain_program(regions, n), target)
             variants[f"{prefix}{regions}/task"] = Variant(art)
             variants[f"{prefix}{regions}/sync"] = Variant(art, SERIAL_DRIVER)
         t.update(benchmark(variants, [f"{n}xf32"], rounds=rounds, progress=progress))
 
     def copy_seconds(n: int) -> float:
-        variant = Variant(compile_module(chain_program(1, n)), SERIAL_DRIVER)
+        variant = Variant(compile_module(chain_program(1, n), target), SERIAL_DRIVER)
         return benchmark({"copy": variant}, [f"{n}xf32"], rounds=rounds, progress=progress)["copy"]
 
     big, small = 4 << 20, 64 << 10  # 16 MiB per buffer: beyond every cache; 256 KiB: in L2
@@ -110,19 +111,19 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
     matmul = {}
     for name, flags in (("default", ()), ("dt", (DATA_TILING,)), ("uk", (UKERNELS,)),
                         ("dt+uk", (DATA_TILING, UKERNELS))):
-        art = compile_module(kernel_program(MATMUL, None), "host", flags)
+        art = compile_module(kernel_program(MATMUL, None), target, flags)
         matmul[f"{name}/sync"] = Variant(art, SERIAL_DRIVER)
         if name == "default":
             matmul["default/task"] = Variant(art)
     m = benchmark(matmul, kernel_inputs(MATMUL), rounds=rounds, progress=progress)
-    big_art = compile_module(kernel_program(BIG_MATMUL, None))
+    big_art = compile_module(kernel_program(BIG_MATMUL, None), target)
     large = benchmark({"sync": Variant(big_art, SERIAL_DRIVER), "task": Variant(big_art)},
                       kernel_inputs(BIG_MATMUL), rounds=rounds, progress=progress)
 
     serial_dispatch = max((t["chain17/sync"] - t["chain1/sync"]) / 16, 0.0)
     # One core's FLOP rate scaled so that the model predicts IREE's default matmul as measured
     # (the kernel fit, when it runs, replaces it with its own).
-    default = row_of_iree(MATMUL.roles, profile(kernel_program(MATMUL, None)).dispatches[0].config)
+    default = row_of_iree(MATMUL.roles, profile(kernel_program(MATMUL, None), target).dispatches[0].config)
     predicted = predict(MATMUL, np.zeros((1, 5), int), host, cores=1, default=default)[0]
     work = m["default/sync"] - t["chain1/sync"]
     # The executor's speed-up on added work: the slope from the 256^3 to the 1024^3 matmul on
@@ -182,8 +183,6 @@ def measure_fit_samples(target=None, kernels=FIT_KERNELS, count: int = FIT_CANDI
     """Compile (two at a time: iree-compile runs in its own process) and time the fit's sample
     of each kernel, alone and single-threaded, as `measure.measure_candidates` does (local-sync:
     `benchmark` reads CPU time). A candidate that fails to compile or run is left out."""
-    from .targets import get_target
-
     target = get_target(target or "host")
     samples = []
     for kernel in kernels:

@@ -14,10 +14,8 @@ from . import ir
 from .errors import SftError
 from .importers import import_mlir_file, import_mlir_text, import_torch
 from .passes import LowerPass, RaisePass, VerifyPass
-from .passes.apply_plan import ApplyPlanPass
-from .passes.expand_batch import ExpandBatchPass
-from .passes.low_precision import LowPrecisionPass
-from .passes.reassociate import ReassociatePass
+from .decisions.kind import IREE, SFT
+from .passes.apply_plan import DropOpIdsPass
 from .plan import Plan
 from .values import NP_TYPES, Signature, to_numpy
 
@@ -34,13 +32,14 @@ def to_sft(linalg_text: str, filename: str = "<input>"):
 def lower(sft_module, plan: Plan) -> tuple[str, str]:
     """sft -> linalg text, then the plan imposed in IREE's context; returns (lowered, planned).
     Consumes the module."""
-    ExpandBatchPass(plan.expand)(sft_module)
-    ReassociatePass(plan.orders)(sft_module)
-    LowPrecisionPass(plan.low_precision)(sft_module)  # before groups and tiles: they count its casts
+    for sft_pass in plan.passes(SFT):
+        sft_pass(sft_module)
     LowerPass()(sft_module)
     lowered = ir.print_module(sft_module)
     iree_module = ir.parse(ir.iree_ir.Context(), lowered, "")
-    ApplyPlanPass(plan)(iree_module)
+    for iree_pass in plan.passes(IREE):
+        iree_pass(iree_module)
+    DropOpIdsPass()(iree_module)
     return lowered, ir.print_module(iree_module)
 
 

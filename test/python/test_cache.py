@@ -18,6 +18,7 @@ from sft import paths
 from sft.backend import cache, iree
 from sft.backend.profile import Profile
 from sft.errors import SftError
+from sft.targets import get_target
 
 # A matmul: one contraction dispatch with a lowering config, so its profile has content.
 MATMUL = """func.func @main(%a: tensor<16x32xf32>, %b: tensor<32x8xf32>) -> tensor<16x8xf32> {
@@ -52,7 +53,7 @@ def _run_matmul(compiled):
 
 def test_a_real_module_is_an_iree_flatbuffer(cache_at, tmp_path):
     cache_at(tmp_path / "c")
-    vmfb = iree.compile_module(MATMUL, use_cache=False).vmfb
+    vmfb = iree.compile_module(MATMUL, get_target("host"), use_cache=False).vmfb
     assert cache.valid_vmfb(vmfb)
     # llvm-cpu modules are a zip (stored) around the FlatBuffer; its identifier says IREE
     body = zipfile.ZipFile(io.BytesIO(vmfb)).read("module.fb") if vmfb[:2] == b"PK" else vmfb
@@ -79,7 +80,7 @@ def test_an_unusable_cache_dir_is_skipped_with_one_warning(cache_at, tmp_path, m
         warnings.simplefilter("always")
         for _ in range(2):
             _run_matmul(sft.compile(MATMUL))
-            iree.profile(MATMUL)
+            iree.profile(MATMUL, get_target("host"))
     messages = [str(w.message) for w in caught if "sft cache" in str(w.message)]
     assert len(messages) == 1, messages
     if kind == "file":
@@ -111,19 +112,19 @@ def test_a_full_disk_skips_the_cache_and_leaves_no_temp_files(cache_at, tmp_path
     monkeypatch.setattr(cache.os, "fdopen", Full)
     with pytest.warns(UserWarning, match="No space left on device"):
         _run_matmul(sft.compile(MATMUL))
-        iree.profile(MATMUL)
+        iree.profile(MATMUL, get_target("host"))
     monkeypatch.setattr(cache.os, "fdopen", real_fdopen)
     assert _entries(folder) == [] and list((folder / "tmp").iterdir()) == []
 
 
 def test_undecodable_cache_entries_are_treated_as_missing(cache_at, tmp_path):
     folder = cache_at(tmp_path / "c")
-    first = iree.profile(MATMUL)
-    iree.compile_module(MATMUL)
+    first = iree.profile(MATMUL, get_target("host"))
+    iree.compile_module(MATMUL, get_target("host"))
     for entry in folder.glob("*.json"):
         entry.write_bytes(b"\xff\xfe\x00not utf-8 \xc3\x28")
-    assert iree.profile(MATMUL) == first
-    again = iree.compile_module(MATMUL)
+    assert iree.profile(MATMUL, get_target("host")) == first
+    again = iree.compile_module(MATMUL, get_target("host"))
     assert cache.valid_vmfb(again.vmfb) and again.dispatch_count == 1
     for entry in folder.glob("*.json"):  # rewritten whole
         json.loads(entry.read_text())
@@ -131,7 +132,7 @@ def test_undecodable_cache_entries_are_treated_as_missing(cache_at, tmp_path):
 
 def test_profiles_are_stored_parsed_without_the_program_text(cache_at, tmp_path):
     folder = cache_at(tmp_path / "c")
-    found = iree.profile(MATMUL)
+    found = iree.profile(MATMUL, get_target("host"))
     assert found.contraction((16, 8, 32)) is not None
     assert Profile.from_json(found.to_json()) == found
     stored = list(folder.glob("*.profile.json"))
@@ -159,14 +160,14 @@ GOOD_STATS = '{"stream-aggregate": {"execution": {"dispatch-count": 1}}}'
 
 @pytest.mark.parametrize("output", ["truncated", "garbage", "empty", "bad-stats", "no-stats-key"])
 def test_bad_compiler_output_is_an_error_and_never_cached(cache_at, tmp_path, monkeypatch, output):
-    good = iree.compile_module(MATMUL, use_cache=False).vmfb
+    good = iree.compile_module(MATMUL, get_target("host"), use_cache=False).vmfb
     folder = cache_at(tmp_path / "c")
     vmfb, stats = {"truncated": (good[:len(good) // 2], GOOD_STATS), "garbage": (b"\0" * 64, GOOD_STATS),
                    "empty": (b"", GOOD_STATS), "bad-stats": (good, "{"),
                    "no-stats-key": (good, '{"stream-aggregate": {}}')}[output]
     _fake_compiler(monkeypatch, vmfb, stats)
     with pytest.raises(SftError, match="iree-compile exited 0 but wrote no valid"):
-        iree.compile_module(MATMUL)
+        iree.compile_module(MATMUL, get_target("host"))
     assert _entries(folder) == []
 
 
@@ -178,7 +179,7 @@ def test_a_cut_short_profile_is_an_error_and_never_cached(cache_at, tmp_path, mo
             f.write("module attributes {stream.affinity.default = #hal.device.affinity<@__dev")
     monkeypatch.setattr(iree, "_run_compile", run)
     with pytest.raises(SftError, match="wrote no valid program"):
-        iree.profile(MATMUL)
+        iree.profile(MATMUL, get_target("host"))
     assert _entries(folder) == []
 
 
@@ -241,6 +242,6 @@ def test_the_cache_is_bounded_least_recently_used_first(cache_at, tmp_path, monk
 def test_the_size_limit_applies_after_each_write(cache_at, tmp_path, monkeypatch):
     folder = cache_at(tmp_path / "c")
     monkeypatch.setenv(cache.MAX_BYTES_ENV, "1")
-    iree.compile_module(MATMUL)
-    iree.profile(MATMUL)
+    iree.compile_module(MATMUL, get_target("host"))
+    iree.profile(MATMUL, get_target("host"))
     assert _entries(folder) == []

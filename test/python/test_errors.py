@@ -8,6 +8,7 @@ import sft
 from sft import backend
 from sft.errors import SftError
 from sft.models import SUITE
+from sft.targets import get_target
 
 BAD_MLIR = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
   %0 = linalg.bogus %a : tensor<4xf32>
@@ -77,7 +78,7 @@ def test_corrupt_cache_entry_is_recompiled(tmp_path, monkeypatch):
 def test_compile_failure_is_an_error_not_a_crash():
     with pytest.raises(SftError, match="iree-compile (failed|crashed)"):
         backend.compile_module("func.func @main() { %0 = \"x.y\"() : () -> i32 return }",
-                               use_cache=False)
+                               get_target("host"), use_cache=False)
 
 
 # -- the command-line tools: one line `[file:line:col: ]error: ...` on stderr, exit code 1 -------

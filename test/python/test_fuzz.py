@@ -31,7 +31,9 @@ from sft.decisions import TileConfig
 from sft.plan import Plan
 from sft.space.kernels import contraction_kernels
 from sft.space.tiles import tile_space
+from sft.targets import get_target
 
+HOST = get_target("host")
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -41,7 +43,7 @@ def check_example(program, plan, outcome):
     note(f"plan: {plan.to_json()}")
     event(outcome.kind)
     if outcome.failed:
-        bug = known_bug(program, plan, outcome)
+        bug = known_bug(program, plan, outcome, HOST)
         if bug is not None:
             event(f"known bug: {bug}")
             return
@@ -53,7 +55,7 @@ def check_example(program, plan, outcome):
 def test_random_programs_under_random_plans_match_numpy(data):
     ch = DataChooser(data)
     program = generate(ch, max_ops=4)
-    plan, outcome = draw_and_run(program, ch)
+    plan, outcome = draw_and_run(program, ch, HOST)
     check_example(program, plan, outcome)
 
 
@@ -62,7 +64,7 @@ def test_random_programs_under_random_plans_match_numpy(data):
 def test_random_f64_programs_match_numpy(data):
     ch = DataChooser(data)
     program = generate(ch, dtype="f64", max_ops=4)
-    plan, outcome = draw_and_run(program, ch)
+    plan, outcome = draw_and_run(program, ch, HOST)
     check_example(program, plan, outcome)
 
 
@@ -94,7 +96,7 @@ def test_drawn_plans_come_from_the_space():
         program = generate(RandomChooser(seed))
         module = to_sft(program.text)
         try:
-            plan = draw_plan(program.text, RandomChooser(seed + 1))
+            plan = draw_plan(program.text, RandomChooser(seed + 1), HOST)
         except IndexError:
             continue  # expand-batch-returned-result, pinned below
         assert set(plan.expand) <= set(expandable(module))
@@ -104,9 +106,9 @@ def test_drawn_plans_come_from_the_space():
 def test_a_wrong_plan_is_a_failure_not_a_skip():
     """A plan the space never offers that names a missing op is plan-illegal (no groups)."""
     program = generate(RandomChooser(5))
-    outcome = run(program, Plan(tiles=((99, TileConfig((1, 1), (1, 1), (0, 0))),)))
+    outcome = run(program, Plan(tiles=((99, TileConfig((1, 1), (1, 1), (0, 0))),)), HOST)
     assert outcome.kind == "plan-illegal" and outcome.failed
-    outcome = run(program, Plan(groups=((0, 99),)))
+    outcome = run(program, Plan(groups=((0, 99),)), HOST)
     assert outcome.kind == "skipped" and not outcome.failed
 
 

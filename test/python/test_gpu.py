@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from sft.backend.constraints import check_config, split_config, verify_config
-from sft.backend.iree import _iree_compile, run_group
+from sft.backend.iree import _iree_compile
+from sft.backend.process import run_group
 from sft.backend.profile import Profile, parse_profile
 from sft.cost.gpu import occupancy, predict
 from sft.decisions.gpu_tiles import (COOP_MATRIX, FIELDS, INTRINSICS, SPIRV_SIMT, TF_MMA, TF_SIMT,

@@ -134,7 +134,7 @@ def test_profile_reads_iree_dispatches_and_default_configs(cpu):
 
     case = SUITE["mlp"]
     text = sft.api.linalg_of(case.build(), case.inputs())[0]
-    seen = profile(text, flags=(f"--iree-llvmcpu-target-cpu={cpu}",))
+    seen = profile(text, HOST_TARGET, flags=(f"--iree-llvmcpu-target-cpu={cpu}",))
     assert seen.dispatch_count == 2
     first = seen.contraction((32, 1024, 256))
     assert first is not None and first.flops == 2 * 32 * 1024 * 256

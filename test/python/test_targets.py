@@ -33,6 +33,58 @@ def test_registry_names_every_target_and_refuses_others():
         sft.compile(torch.nn.Linear(2, 2), (torch.ones(1, 2),), target="sm_90")
 
 
+
+# A whole GPU target, as a new device's module would be: its numbers and its Target, nothing else.
+FAKE_GPU = """
+from ..cost.hardware import GpuDesc
+from .base import Target, gpu_program_desc
+from .cuda import SM80
+from .gpu import GpuCodegen
+import dataclasses
+
+SMALL = dataclasses.replace(SM80, name="small-ampere", compute_units=16, shared_per_cu=48 * 1024,
+                            shared_per_workgroup=48 * 1024, max_threads_per_workgroup=256)
+
+
+def small() -> Target:
+    return Target(name="cuda:small", about="a small Ampere (test)",
+                  flags=("--iree-hal-target-device=cuda", "--iree-cuda-target=sm_80"),
+                  driver="cuda", desc=gpu_program_desc(SMALL), codegen=GpuCodegen(SMALL))
+
+
+TARGETS = {"cuda:small": small}
+"""
+
+
+def test_a_gpu_target_is_its_module_alone(tmp_path, monkeypatch):
+    """A module in the targets package that defines TARGETS is a target: named, described,
+    searched within its own limits and compiled, with no other file edited."""
+    import sys
+
+    import sft.targets
+    from sft.models import SUITE
+    from sft.program import prepare
+    from sft.search.strategy import compile_program, search_plan
+
+    (tmp_path / "small_gpu.py").write_text(FAKE_GPU)
+    monkeypatch.setattr(sft.targets, "__path__", [*sft.targets.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "sft.targets.small_gpu", raising=False)
+    names = target_names()
+    assert "cuda:small" in names and [n for n in names if n != "cuda:small"] == NAMES
+    small = get_target("cuda:small")
+    assert "a small Ampere" in describe_targets()
+    case = SUITE["mlp"]
+    program, module = prepare(case.build(), case.inputs())
+    plan, report = search_plan(program.sft_text, small)
+    assert plan.tiles and report.choices
+    for choice in report.choices:  # every candidate within this device's limits, not SM80's
+        threads = [choice.space.config(i).workgroup_size for i in range(1, len(choice.space))]
+        assert threads and max(x * y * z for x, y, z in threads) <= 256
+    artifact = compile_program(program, module, small, plan=plan)[4]
+    assert artifact.target.name == "cuda:small" and artifact.dispatch_count > 0
+    monkeypatch.delitem(sys.modules, "sft.targets.small_gpu")
+
+
 @pytest.mark.parametrize("text", [
     "func.func @main() {\n  return\n}\n",
     "module {\n  func.func @main() {\n    return\n  }\n}\n",
@@ -50,7 +102,7 @@ def test_device_attribute_goes_on_the_module(text):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_target_compiles_a_matmul(name):
-    artifact = compile_module(kernel_program(MATMUL, None), name)
+    artifact = compile_module(kernel_program(MATMUL, None), get_target(name))
     assert artifact.dispatch_count == 1 and artifact.target.name == name
     if name == "cuda:sm_90":  # Hopper code, not IREE's default sm_60 or the sm_80 of the flag
         assert b".target sm_90" in artifact.vmfb

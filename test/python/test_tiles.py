@@ -10,6 +10,7 @@ from sft.measure import kernel_program
 from sft.decisions import TileConfig
 from sft.space.kernels import Kernel
 from sft.space.tiles import legal, tile_space
+from sft.targets import get_target
 
 MATMUL = Kernel(0, (64, 64, 64), ("m", "n", "k"), 4,
                 ("(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d2, d1)", "(d0, d1, d2) -> (d0, d1)"))
@@ -32,7 +33,7 @@ def test_legality_agrees_with_iree_at_the_vector_size_limit(cpu, isa):
         config = TileConfig((64, 64, 0), (8, 16, 0), (0, 0, vk))
         flags = (f"--iree-llvmcpu-target-cpu={cpu}",)
         if expect_ok:
-            compile_module(kernel_program(MATMUL, config), "host", flags)
+            compile_module(kernel_program(MATMUL, config), get_target("host"), flags)
         else:
             with pytest.raises(SftError, match="large vector sizes|iree-compile failed"):
-                compile_module(kernel_program(MATMUL, config), "host", flags)
+                compile_module(kernel_program(MATMUL, config), get_target("host"), flags)

@@ -82,7 +82,7 @@ def test_every_spirv_config_of_a_small_kernel_compiles_and_is_right(shape):
     m, n, k = shape
     text = kernel_program(Kernel(0, (m, n, k), ("m", "n", "k"), 4, PLAIN), None)  # A[m,k] @ B[k,n]
     target = get_target(TARGET)
-    (kernel,) = contraction_kernels(sft.api.to_sft(text))
+    (kernel,) = contraction_kernels(sft.program.to_sft(text))
     space = target.codegen.space(kernel)
     assert len(space) > 2 and not sft.compile(text, target=target).plan.tiles  # model: IREE's
     rng = np.random.default_rng(0)

@@ -18,6 +18,7 @@ from sft.backend.bench import _tool
 from sft.backend.timing import time_in_processes, time_variants
 from sft.errors import SftError
 from sft.measure import non_finite_candidates
+from sft.targets import get_target
 
 SLACK = 30.0  # seconds on top of a timeout: worker start-up on a loaded 2-core machine
 
@@ -191,7 +192,7 @@ def test_a_hung_iree_compile_is_killed_with_its_children(tmp_path, monkeypatch):
     monkeypatch.setenv("SFT_COMPILE_TIMEOUT", "2")
     start = time.monotonic()
     with pytest.raises(SftError, match="iree-compile timed out after 2 s"):
-        iree.compile_module(f"// never cached: {tmp_path}\n", "host")
+        iree.compile_module(f"// never cached: {tmp_path}\n", get_target("host"))
     assert time.monotonic() - start < 2.0 + SLACK
     assert _gone(int(pid_file.read_text()))
 
@@ -199,13 +200,13 @@ def test_a_hung_iree_compile_is_killed_with_its_children(tmp_path, monkeypatch):
 def test_a_crashing_iree_compile_is_an_error_naming_it(tmp_path, monkeypatch):
     monkeypatch.setenv("SFT_IREE_COMPILE", _fake_tool(tmp_path, "ulimit -c 0\nkill -SEGV $$\n"))
     with pytest.raises(SftError, match=r"iree-compile crashed \(killed by SIGSEGV\)"):
-        iree.compile_module(f"// never cached: {tmp_path}\n", "host")
+        iree.compile_module(f"// never cached: {tmp_path}\n", get_target("host"))
 
 
 def test_missing_tools_and_bad_timeouts_are_one_line_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("SFT_IREE_COMPILE", str(tmp_path / "nowhere"))
     with pytest.raises(SftError, match="SFT_IREE_COMPILE"):
-        iree.compile_module(f"// never cached: {tmp_path}\n", "host")
+        iree.compile_module(f"// never cached: {tmp_path}\n", get_target("host"))
     with pytest.raises(SftError, match="iree-benchmark-nothing not found"):
         _tool("iree-benchmark-nothing")
     for name, read in (("SFT_COMPILE_TIMEOUT", iree.compile_timeout),

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SftError
-from .iree import Artifact, run_group
+from .iree import Artifact
+from .process import run_group
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 

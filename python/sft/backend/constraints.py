@@ -51,7 +51,8 @@ from dataclasses import dataclass
 
 from ..errors import SftError
 from ..paths import scratch_dir
-from .iree import _iree_compile, compile_timeout, exit_text, run_group
+from .iree import _iree_compile, compile_timeout
+from .process import exit_text, run_group
 
 OPT_TOOL_ENV = "SFT_IREE_OPT"
 VERIFY_PIPELINE = ("builtin.module(hal.executable(hal.executable.variant(builtin.module("

@@ -13,10 +13,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import SftError
 from .bench import Variant, benchmark
-from .iree import _compiler_input, _run_compile, compile_module, scratch_dir, target_of
+from .iree import _compiler_input, _run_compile, compile_module, scratch_dir
+
+if TYPE_CHECKING:
+    from ..targets import Target
 
 # `util.func public @main_dispatch_3_embedded_elf_x86_64_main_dispatch_3_matmul_64x128x128_f32`
 _ENTRY = re.compile(r"util\.func public @(\w+)\(.*iree\.benchmark = \"dispatch\"")
@@ -35,10 +39,9 @@ class DispatchTime:
     seconds: float | None
 
 
-def executable_benchmarks(text: str, target, flags: tuple[str, ...] = ()) -> dict[str, str]:
+def executable_benchmarks(text: str, target: Target, flags: tuple[str, ...] = ()) -> dict[str, str]:
     """IREE's benchmark module of each executable of `text` (compiled with `flags`): function
     name -> module text, in dispatch order."""
-    target = target_of(target)
     with scratch_dir() as tmp:
         src, dump = _compiler_input(tmp, target.module_text(text)), tmp / "benchmarks"
         _run_compile([str(src), "-o", str(tmp / "out.vmfb"), *target.flags, *flags,
@@ -58,12 +61,11 @@ def _dispatch_index(path: Path) -> int:
     return int(match.group(1)) if match else -1
 
 
-def time_dispatches(text: str, target="host", flags: tuple[str, ...] = (), rounds: int = 3,
+def time_dispatches(text: str, target: Target, flags: tuple[str, ...] = (), rounds: int = 3,
                     progress=None) -> list[DispatchTime]:
     """Seconds per dispatch of each executable of `text` compiled with `flags`, alone, on the
     target's kernel driver (median of `rounds` processes). `progress()` is called once per
     executable."""
-    target = target_of(target)
     timed = []
     for function, module in executable_benchmarks(text, target, flags).items():
         kernel = _KERNEL.search(function)

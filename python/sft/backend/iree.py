@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +13,7 @@ from typing import TYPE_CHECKING
 from ..errors import SftError
 from ..paths import scratch_dir
 from . import cache
+from .process import env_seconds, exit_text, run_group
 from .profile import Profile, parse_profile
 
 if TYPE_CHECKING:
@@ -40,21 +39,6 @@ COMPILE_TIMEOUT_ENV = "SFT_COMPILE_TIMEOUT"
 RUN_TIMEOUT_ENV = "SFT_RUN_TIMEOUT"
 
 
-def env_seconds(name: str, default: float) -> float:
-    """Seconds from the environment variable `name`, `default` when it is unset or empty. Read
-    at each call, so that a change takes effect without a restart."""
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise SftError(f"{name}={text!r} is not a positive number of seconds")
-    return value
-
-
 def compile_timeout() -> float:
     """Seconds one iree-compile run (a module or a profile) may take: $SFT_COMPILE_TIMEOUT, else
     600."""
@@ -65,56 +49,6 @@ def run_timeout() -> float:
     """Seconds a timing worker may take to answer (its build and warm-up, then each round):
     $SFT_RUN_TIMEOUT, else 120."""
     return env_seconds(RUN_TIMEOUT_ENV, 120.0)
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    """Kill every process in the group of `proc` (started with start_new_session=True, so the
-    group is its own) and reap `proc`. Tools leave children behind when they are killed alone."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):  # the group is gone already
-        pass
-    proc.wait()
-
-
-def run_group(cmd: list[str], timeout: float, env: dict | None = None,
-              cwd: str | None = None) -> subprocess.CompletedProcess:
-    """Run a tool in a process group of its own, its output captured as text. The group is
-    killed once the tool exits (stragglers) and when it runs past `timeout`, which then raises
-    subprocess.TimeoutExpired. Output goes to files, not pipes: a child still holding a pipe
-    could keep a reader waiting after the tool itself is gone."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                start_new_session=True, env=env, cwd=cwd)
-        try:
-            proc.wait(timeout)
-        finally:  # on timeout, on an interrupt, and after a normal exit alike
-            kill_group(proc)
-        out.seek(0)
-        err.seek(0)
-        return subprocess.CompletedProcess(cmd, proc.returncode, out.read().decode(errors="replace"),
-                                           err.read().decode(errors="replace"))
-
-
-def run_attached(cmd: list[str], timeout: float | None = None) -> int:
-    """Run a tool on the caller's stdout and stderr (its progress shows as it goes) in a process
-    group of its own, killed when the tool exits, on an interrupt and past `timeout` (which then
-    raises subprocess.TimeoutExpired); its exit code."""
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        return proc.wait(timeout)
-    finally:
-        kill_group(proc)
-
-
-def exit_text(code: int) -> str:
-    """How a process ended, in words: `exit code 3`, `killed by SIGSEGV`."""
-    if code >= 0:
-        return f"exit code {code}"
-    try:
-        return f"killed by {signal.Signals(-code).name}"
-    except ValueError:
-        return f"killed by signal {-code}"
 
 
 def _iree_compile() -> str:
@@ -132,13 +66,6 @@ def _iree_compile() -> str:
         return find_tool("iree-compile")
     except ValueError as e:
         raise SftError(f"iree-compile not found: {str(e).splitlines()[0]}") from None
-
-
-def target_of(target: Target | str) -> Target:
-    """A Target, by itself or by name; an unknown name is an SftError listing the known ones."""
-    from ..targets import get_target  # the targets import the cost model: not at start-up
-
-    return get_target(target)
 
 
 def _compiler_input(tmp: Path, text: str) -> Path:
@@ -165,12 +92,11 @@ def _dispatch_count(stats: Path) -> int:
     raise SftError(f"iree-compile exited 0 but wrote no valid statistics ({problem})")
 
 
-def compile_module(text: str, target: Target | str = "host", flags: tuple[str, ...] = (),
+def compile_module(text: str, target: Target, flags: tuple[str, ...] = (),
                    timeout: float | None = None, use_cache: bool = True) -> Artifact:
     """Compile linalg-on-tensors text to a .vmfb (through the on-disk cache). Output that is not
     a whole module (an iree-compile that exited 0 but was cut short) is an SftError and is not
     cached."""
-    target = target_of(target)
     entry_key = cache.key(text, target.name, target.compile_key(), flags)
     if use_cache:
         hit = cache.read_module(entry_key)
@@ -215,11 +141,10 @@ def _run_compile(args: list[str], timeout: float | None = None) -> None:
         raise SftError(f"iree-compile failed: {first}")
 
 
-def profile(text: str, target: Target | str = "host", flags: tuple[str, ...] = (),
+def profile(text: str, target: Target, flags: tuple[str, ...] = (),
             timeout: float | None = None) -> Profile:
     """IREE's dispatches and default lowering configs for a program, compiled only as far as
     `executable-configurations`. Cached parsed (the configured IR holds the weights as text)."""
-    target = target_of(target)
     entry_key = cache.key(text, target.name, target.compile_key(),
                           (*flags, "executable-configurations", cache.PROFILE_FORMAT))
     cached = cache.read_profile(entry_key)

@@ -10,7 +10,8 @@ import numpy as np
 
 from ..errors import SftError
 from .host_copy import to_host  # noqa: F401  (re-exported: the runtime's read-back)
-from .iree import Artifact, run_group
+from .iree import Artifact
+from .process import run_group
 
 GPU_DRIVERS = ("cuda", "hip", "vulkan")
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SftError
-from .iree import exit_text, kill_group, run_timeout
+from .iree import run_timeout
+from .process import exit_text, kill_group
 
 
 def loaded_call(artifact, driver: str, arrays: list, keep: tuple[int, ...] = (),

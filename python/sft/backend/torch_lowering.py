@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ..errors import SftError
 from ..paths import scratch_dir
-from .iree import compile_timeout, exit_text, run_group
+from .iree import compile_timeout
+from .process import exit_text, run_group
 from .timing import _worker_env
 
 

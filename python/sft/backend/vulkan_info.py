@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .iree import run_group
+from .process import run_group
 
 QUERY_TIMEOUT_S = 30.0
 

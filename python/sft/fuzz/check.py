@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from .. import api
 from ..errors import IllegalPlan, SftError
 from ..plan import Plan
+from ..program import to_sft
+from ..targets import Target
 from .programs import Program
 
 FAILURES = ("crash", "reject", "plan-illegal", "plan-compile", "run", "wrong")
@@ -52,7 +54,7 @@ def _crash(exc: BaseException) -> Outcome:
     return Outcome("crash", f"{type(exc).__name__}: {exc}\n" + "".join(lines[-8:]))
 
 
-def run(program: Program, plan: Plan, target: str = "host") -> Outcome:
+def run(program: Program, plan: Plan, target: Target) -> Outcome:
     """Compile `program` under `plan`, call it on its inputs and compare with the reference."""
     try:
         compiled = api.compile(program.text, target=target, plan=plan)
@@ -86,7 +88,7 @@ def run(program: Program, plan: Plan, target: str = "host") -> Outcome:
     return Outcome("wrong", problem) if problem else Outcome("ok")
 
 
-def run_search(program: Program, target: str = "host") -> tuple[Plan, Outcome]:
+def run_search(program: Program, target: Target) -> tuple[Plan, Outcome]:
     """Compile `program` with search="model" (the cost model's plan; sft falls back to the
     empty plan when that plan fails to apply or compile), run and compare. Any SftError is a
     "reject" here: the search must never make a program that compiles fail."""
@@ -113,12 +115,12 @@ def as_linalg(program: Program) -> Program:
     from .. import ir
     from ..passes import LowerPass
 
-    module = api.to_sft(program.text)
+    module = to_sft(program.text)
     LowerPass()(module)
     return dataclasses.replace(program, text=ir.print_module(module))
 
 
-def draw_and_run(program: Program, ch, target: str = "host",
+def draw_and_run(program: Program, ch, target: Target,
                  all_kernels: bool = False) -> tuple[Plan, Outcome]:
     """Draw a plan for `program` from `ch` and run it, sometimes (P_LINALG) on the program
     lowered to linalg; a crash while lowering or drawing (sft's space and passes run there) is

@@ -23,22 +23,22 @@ KNOWN = {
     # IREE's SPIR-V code for a contraction or a reduction (fused with its producer) whose
     # summed loop comes before a parallel one, on lavapipe: wrong elements (IREE alone, no plan)
     "iree-spirv-summed-loop-first": lambda prog, plan, out, target: out.kind == "wrong" and
-        target.startswith("vulkan:") and "summed-loop-not-innermost" in prog.features,
+        target.driver == "vulkan" and "summed-loop-not-innermost" in prog.features,
     # IREE's SPIR-V code for a contraction writing its result in another order than its loops,
     # fused with the contraction feeding it, on lavapipe: elements left unwritten (IREE alone)
     "iree-spirv-transposed-result": lambda prog, plan, out, target: out.kind == "wrong" and
-        target.startswith("vulkan:") and "result-transposed" in prog.features,
+        target.driver == "vulkan" and "result-transposed" in prog.features,
     # IREE's SPIR-V on a matmul fused with a consumer reading a constant index of a 3-d tensor
     "iree-spirv-unresolved-materialization": lambda prog, plan, out, target: out.kind in
-        ("reject", "plan-compile") and target.startswith("vulkan:") and
+        ("reject", "plan-compile") and target.driver == "vulkan" and
         "failed to legalize unresolved source materialization" in out.detail,
     # IREE's SPIR-V lowers f64 math (exp, log, tanh, ...) to GLSL.std.450, which takes 16/32-bit
     # floats only: iree-compile refuses the f64 program
     "iree-spirv-f64-math": lambda prog, plan, out, target: out.kind in ("reject", "plan-compile") and
-        target.startswith("vulkan:") and "'spirv.GL." in out.detail and "but got 'f64'" in out.detail,
+        target.driver == "vulkan" and "'spirv.GL." in out.detail and "but got 'f64'" in out.detail,
 }
 
 
-def known_bug(program, plan, outcome, target: str = "host") -> str | None:
+def known_bug(program, plan, outcome, target) -> str | None:
     """The name of the open bug a failed outcome on `target` is, or None (a new failure)."""
     return next((name for name, seen in KNOWN.items() if seen(program, plan, outcome, target)), None)

@@ -29,12 +29,13 @@ from ..errors import SftError
 from ..passes.common import compute_ops
 from ..passes.expand_batch import ExpandBatchPass, expandable
 from ..passes.reassociate import ReassociatePass
-from ..plan import Plan, Tree
+from ..decisions.orders import Tree
+from ..plan import Plan
 from ..space.chains import chain_sites
 from ..space.kernels import contraction_kernels
 from ..search.exhaustive import as_compiled
 from ..space.options import ModuleOptions
-from ..targets import Target, get_target
+from ..targets import Target
 from .choosers import Chooser
 
 P_EXPAND, P_REORDER, P_TILE, P_GROUP = 0.5, 0.6, 0.7, 0.1
@@ -64,9 +65,8 @@ def compute_op_count(module) -> int:
     return len(compute_ops(module))
 
 
-def draw_plan(sft_text: str, ch: Chooser, target: Target | str = "host", all_kernels: bool = False) -> Plan:
+def draw_plan(sft_text: str, ch: Chooser, target: Target, all_kernels: bool = False) -> Plan:
     """A random plan for the program; every sft call it makes is one the search makes too."""
-    target = get_target(target)
     module = to_sft(sft_text)
     expand = tuple(i for i in expandable(module) if ch.flag(P_EXPAND))
     ExpandBatchPass(expand)(module)

@@ -1,16 +1,18 @@
-"""sft-apply-plan: impose a Plan on lowered linalg, in IREE's context.
-
-Each fusion group becomes one `flow.dispatch.region` (IREE keeps such regions as they are), and
-each tiled kernel root gets a `compilation_info` attribute. The `sft.op` ids are dropped after.
+"""The decisions imposed on lowered linalg, in IREE's context: kernel configs (`TILES`: each
+tiled root gets a `compilation_info` attribute) and the fusion partition (`GROUPS`: each group
+becomes one `flow.dispatch.region`, which IREE keeps as it is). The `sft.op` ids are dropped
+after (`DropOpIdsPass`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
+from ..decisions import config_from_dict
+from ..decisions.kind import IREE, DecisionKind, ints, pairs
 from ..errors import IllegalPlan
 from ..ir import iree_ir
-from ..plan import Plan
 from .lower import OP_ID
 
 
@@ -80,22 +82,36 @@ def _wrap_group(block, ops, group) -> None:
 
 
 @dataclass(frozen=True)
-class ApplyPlanPass:
-    plan: Plan
-    name = "sft-apply-plan"
+class ApplyTilesPass:
+    """Impose kernel configs: (op id, config) pairs, each a `compilation_info` on its root."""
+
+    tiles: tuple = ()
+    name = "sft-apply-tiles"
 
     def __call__(self, module) -> None:
         with module.context, iree_ir.Location.unknown():
-            found = _ops_by_id(module)
-            ops = {i: op for i, (op, _) in found.items()}
-            for op_id, tiles in self.plan.tiles:
+            ops = {i: op for i, (op, _) in _ops_by_id(module).items()}
+            for op_id, config in self.tiles:
                 if op_id not in ops:
                     raise IllegalPlan(f"plan tiles op {op_id}, which the program does not have")
                 if not _reductions_innermost(ops[op_id]):
                     raise IllegalPlan(f"plan tiles op {op_id}, whose summed loops are not "
                                       "innermost: IREE reorders its loops, the tiles would not apply")
-                ops[op_id].attributes["compilation_info"] = iree_ir.Attribute.parse(tiles.attribute())
-            for group in self.plan.groups:
+                ops[op_id].attributes["compilation_info"] = iree_ir.Attribute.parse(config.attribute())
+
+
+@dataclass(frozen=True)
+class FusionGroupsPass:
+    """Impose the fusion partition: each group of op ids becomes one `flow.dispatch.region`."""
+
+    groups: tuple = ()
+    name = "sft-fusion-groups"
+
+    def __call__(self, module) -> None:
+        with module.context, iree_ir.Location.unknown():
+            found = _ops_by_id(module)
+            ops = {i: op for i, (op, _) in found.items()}
+            for group in self.groups:
                 missing = [i for i in group if i not in ops]
                 if missing:
                     raise IllegalPlan(f"plan groups ops {missing}, which the program does not have")
@@ -106,6 +122,16 @@ class ApplyPlanPass:
                     raise IllegalPlan(f"fusion group {list(group)} holds a pad, which IREE "
                                       "miscompiles inside a dispatch region")
                 _wrap_group(found[group[0]][1], [ops[i] for i in group], group)
+
+
+@dataclass(frozen=True)
+class DropOpIdsPass:
+    """Remove sft-lower's `sft.op` ids once the plan is imposed (IREE does not know them)."""
+
+    name = "sft-drop-op-ids"
+
+    def __call__(self, module) -> None:
+        with module.context:
             for op in _walk(module):
                 if OP_ID in op.attributes:
                     del op.attributes[OP_ID]
@@ -120,3 +146,27 @@ def _walk(module):
 
     module.operation.walk(visit)
     return found
+
+
+def _tiles(value, what: str) -> tuple:
+    return tuple((op, config_from_dict(cfg, f"{what}[{i}]")) for i, (op, cfg) in enumerate(pairs(value, what)))
+
+
+def _groups(value, what: str) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(value, list):
+        raise TypeError(f"{what} must be a list of lists of op ids, not {json.dumps(value)}")
+    return tuple(ints(g, f"{what}[{i}]") for i, g in enumerate(value))
+
+
+# Tiles before groups: a group moves its ops into a region, out of the functions' blocks where
+# ops are looked up by id.
+TILES = DecisionKind(
+    field="tiles", type="tuple[tuple[int, KernelConfig], ...]", default=(),
+    doc="(op id, config) for kernel roots (a decisions.TileConfig on a CPU, a "
+        "decisions.GpuConfig on a GPU)",
+    parse=_tiles, stage=IREE, make_pass=ApplyTilesPass)
+GROUPS = DecisionKind(
+    field="groups", type="tuple[tuple[int, ...], ...]", default=(),
+    doc="the fusion partition: groups of op ids, each one dispatch (ops in no group are left to "
+        "IREE's own fusion)",
+    parse=_groups, stage=IREE, make_pass=FusionGroupsPass)

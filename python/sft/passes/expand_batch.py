@@ -19,6 +19,7 @@ from .. import dialect
 from ..errors import IllegalPlan
 from ..ir import tm
 from . import indexing as ix
+from ..decisions.kind import SFT, DecisionKind, ints
 from .common import compute_ops, element_type, has_uses, map_list, maps_attr, static_shape
 
 
@@ -157,3 +158,10 @@ def expandable(module) -> tuple[int, ...]:
     """Op ids of the contractions sft-expand-batch can rewrite."""
     with module.context:
         return tuple(i for i, op in enumerate(compute_ops(module)) if batch_splits(op) is not None)
+
+
+KIND = DecisionKind(
+    field="expand", type="tuple[int, ...]", default=(),
+    doc="contractions (op ids) run over the batch dims their operands were collapsed from",
+    parse=ints, stage=SFT, make_pass=ExpandBatchPass,
+    describe=lambda ops: f"batch expanded on ops {list(ops)}")

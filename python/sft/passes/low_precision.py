@@ -16,13 +16,16 @@ sft ops too: the ids of the ops after it shift (see `renumber`).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .. import dialect
+from ..decisions.kind import SFT, DecisionKind, pairs
 from ..errors import IllegalPlan
 from ..ir import tm
-from ..plan import LOW_PRECISION_TYPES
 from .common import compute_ops, element_type, maps_attr, static_shape
+
+LOW_PRECISION_TYPES = ("bf16", "f16")  # what an f32 contraction's inputs may be rounded to
 
 
 def _low_type(name: str):
@@ -31,7 +34,6 @@ def _low_type(name: str):
 
 def _is_f32(value) -> bool:
     return isinstance(element_type(value), tm.F32Type)
-
 
 
 def castable(module) -> dict[int, tuple[tuple[int, bool], ...]]:
@@ -134,3 +136,23 @@ class LowPrecisionPass:
                     for i, value in enumerate(dialect.inputs(op)):
                         if _is_f32(value):
                             op.operands[i] = _cast(value, dtype, tm.InsertionPoint(op))
+
+
+def _low_precision(value, what: str) -> tuple[tuple[int, str], ...]:
+    """[[op id, "bf16" | "f16"], ...] as pairs; another type is an error naming the entry."""
+    found = pairs(value, what)
+    for i, (_, dtype) in enumerate(found):
+        if dtype not in LOW_PRECISION_TYPES:
+            raise ValueError(f"{what}[{i}]: {json.dumps(dtype)} is not a low-precision "
+                             f"input type (known: {', '.join(LOW_PRECISION_TYPES)})")
+    return tuple(found)
+
+
+KIND = DecisionKind(
+    field="low_precision", type="tuple[tuple[int, str], ...]", default=(),
+    doc="(op id, \"bf16\" | \"f16\") for f32 contractions whose inputs are rounded to that type, "
+        "accumulation and result staying f32 (only where the user allowed it with `precision=`); "
+        "it inserts one cast op per f32 input before its contraction, so the ids of the kinds "
+        "after it count them",
+    parse=_low_precision, stage=SFT, make_pass=LowPrecisionPass,
+    describe=lambda ops: f"{ops[0][1]} inputs, f32 accumulation on ops {[op for op, _ in ops]}")

@@ -9,12 +9,14 @@ Op ids are positions among the sft ops this pass sees.
 from __future__ import annotations
 
 import ast
+import json
 from dataclasses import dataclass
 
 from .. import dialect
+from ..decisions.kind import SFT, DecisionKind, pairs
+from ..decisions.orders import Tree, as_tree
 from ..errors import IllegalPlan
 from ..ir import tm
-from ..plan import Tree, as_tree
 from ..space.chains import chain_sites
 from . import indexing as ix
 from .common import element_type, has_uses, maps_attr
@@ -89,3 +91,22 @@ class ReassociatePass:
             for op_id, tree in sorted(wanted.items(), reverse=True):
                 if tree != sites[op_id].chain.written:
                     _rewrite(sites[op_id], tree)
+
+
+def _orders(value, what: str) -> tuple[tuple[int, Tree], ...]:
+    """[[op id, tree], ...] as (op id, order tree) pairs; a bad tree is an error naming it."""
+    orders = []
+    for i, (op, tree) in enumerate(pairs(value, what)):
+        try:
+            orders.append((op, as_tree(tree)))
+        except ValueError:
+            raise ValueError(f"{what}[{i}]: not an order tree: {json.dumps(tree)}") from None
+    return tuple(orders)
+
+
+KIND = DecisionKind(
+    field="orders", type="tuple[tuple[int, Tree], ...]", default=(),
+    doc="(op id of a chain's last contraction, order tree) for chains of contractions evaluated "
+        "in another order than written (space/chains.py)",
+    parse=_orders, stage=SFT, make_pass=ReassociatePass,
+    describe=lambda orders: "chains reordered: " + ", ".join(f"op {op} as {tree}" for op, tree in orders))

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from ..cost.model import compute_floor, untiled_contraction
-from ..plan import Tree
+from ..decisions.orders import Tree
 from ..space.chains import Chain, Step, step_flops
 from ..targets import Target
 

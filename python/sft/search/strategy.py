@@ -24,9 +24,9 @@ from ..backend.runtime import check_driver
 from ..errors import SftError
 from ..measure import SEARCH_REVISION, verify
 from ..passes.expand_batch import ExpandBatchPass, expandable
-from ..passes.low_precision import castable, renumber
+from ..passes.low_precision import LOW_PRECISION_TYPES, castable, renumber
 from ..passes.reassociate import ReassociatePass
-from ..plan import LOW_PRECISION_TYPES, Plan
+from ..plan import Plan
 from ..program import Program, lower, to_sft
 from ..space.chains import contraction_chains
 from ..space.kernels import contraction_kernels
@@ -152,13 +152,13 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         inserted = {op: len(casts[expand][op]) for op, _ in low}
         tiles = tuple((renumber(c.kernel.op_id, inserted), c.space.config(c.best))
                       for c in best.kernels if c.best != 0)
-    report.chosen = best.options.describe()
+    plan = plan_of(report, best.options, tiles, low)
+    # every decision in words (low precision is never silent: the numbers change)
+    words = [best.options.describe(), *plan.describe()]
     if not target.model_times:
-        report.chosen += "; IREE's kernel configs (the cost model has no timings for this device)"
-    if low:  # never silent: the numbers change
-        report.chosen += (f"; {low[0][1]} inputs, f32 accumulation on ops "
-                          f"{[op for op, _ in low]}")
-    return plan_of(report, best.options, tiles, low), report
+        words.insert(1, "IREE's kernel configs (the cost model has no timings for this device)")
+    report.chosen = "; ".join(words)
+    return plan, report
 
 
 def _db_key(target: Target, precision: str) -> str:

@@ -16,7 +16,7 @@ from .. import dialect
 from ..ir import tm
 from ..passes import indexing as ix
 from ..passes.common import compute_ops, element_bytes, map_list
-from ..plan import Tree
+from ..decisions.orders import Tree
 from .kernels import Kernel, roles_of
 
 MAX_OPERANDS = 8  # 3^8 subset splits: the order search stays well under a second

@@ -1,20 +1,31 @@
 """Where code runs. One `Target` object per name carries what every role needs (flags and
 driver for the backend, hardware numbers for the cost model, the kernel config space for the
-search); adding a target is one module here, listed in `_MODULES`."""
+search). Adding a target is one module in this package that defines `TARGETS` (name -> a
+function building its Target): every module here that does is found, the host's first."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from ..errors import SftError
-from . import cuda, host, rocm, vulkan
 from .base import Target
 
-_MODULES = (host, cuda, rocm, vulkan)
-_FACTORIES = {name: make for module in _MODULES for name, make in module.TARGETS.items()}
+
+def _factories() -> dict:
+    """name -> factory over every module of this package that defines TARGETS (read from the
+    package's folders at each call: a module added is found without a restart)."""
+    names = sorted((m.name for m in pkgutil.iter_modules(__path__)), key=lambda n: (n != "host", n))
+    found = {}
+    for name in names:
+        module = importlib.import_module(f"{__name__}.{name}")
+        found.update(getattr(module, "TARGETS", {}))
+    return found
 
 
 def target_names() -> list[str]:
     """Every target name, the host first."""
-    return list(_FACTORIES)
+    return list(_factories())
 
 
 def get_target(target: Target | str) -> Target:
@@ -22,9 +33,10 @@ def get_target(target: Target | str) -> Target:
     Target given; an unknown name is an SftError listing the known ones."""
     if isinstance(target, Target):
         return target
-    make = _FACTORIES.get(target) if isinstance(target, str) else None
+    factories = _factories()
+    make = factories.get(target) if isinstance(target, str) else None
     if make is None:
-        raise SftError(f"unknown target {target!r} (known: {', '.join(target_names())})")
+        raise SftError(f"unknown target {target!r} (known: {', '.join(factories)})")
     return make()
 
 

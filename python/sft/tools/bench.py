@@ -46,13 +46,14 @@ def _torch(name: str, compiled: bool):
 def _iree_default(name: str):
     """IREE alone on torch-mlir's import (the model's state uploaded once, as sft does)."""
     from ..backend import compile_module, load
+    from ..targets import get_target
     from ..program import import_model
     from ..values import to_numpy
 
     case = BENCH_SUITE[name]
     model, inputs = case.build(), case.inputs()
     text, _, _, state = import_model(model, inputs)
-    fn = load(compile_module(text))
+    fn = load(compile_module(text, get_target("host")))
     arguments = [fn.upload(to_numpy(v)) for v in state.values()] + [x.numpy() for x in inputs]
     return lambda: fn(*arguments)
 

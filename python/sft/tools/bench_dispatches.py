@@ -55,12 +55,13 @@ def dispatch_row(name: str, rounds: int = 3) -> dict:
     """Per kernel name: seconds summed over its executables under each variant (None where one
     failed), and the totals."""
     from ..backend.dispatches import time_dispatches
+    from ..targets import get_target
 
     variants = programs(name)
     kernels: dict = defaultdict(dict)
     with tqdm(desc=f"{name} dispatches", unit="kernel", leave=False) as bar:
         for variant, (text, flags) in variants.items():
-            for d in time_dispatches(text, "host", flags, rounds, progress=bar.update):
+            for d in time_dispatches(text, get_target("host"), flags, rounds, progress=bar.update):
                 got = kernels[d.kernel].get(variant, 0.0)
                 kernels[d.kernel][variant] = None if got is None or d.seconds is None else got + d.seconds
     totals = {v: sum(k.get(v) or 0.0 for k in kernels.values()) for v in variants}

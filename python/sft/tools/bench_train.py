@@ -138,6 +138,7 @@ def _iree_step(name: str):
     """IREE alone on the traced step: torch-mlir's linalg compiled as it is; the updated state
     is passed back to the next call on the device, and the loss read back, as sft does."""
     from ..backend import compile_module, load
+    from ..targets import get_target
     from ..backend.runtime import to_host
     from ..importers.torch_train import trace_train_step
     from ..values import to_numpy
@@ -147,7 +148,7 @@ def _iree_step(name: str):
     batch = case.batch()
     opt = case.optimizer(model.parameters())
     graph = trace_train_step(model, case.loss, opt, batch)
-    fn = load(compile_module(graph.linalg))
+    fn = load(compile_module(graph.linalg, get_target("host")))
     names = list(graph.state)
     state = [fn.upload(to_numpy(v)) for v in graph.state.values()]
     where = [names.index(r.value) for r in graph.signature.results[1:]]

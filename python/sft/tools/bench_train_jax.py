@@ -234,11 +234,12 @@ def _iree_step(name: str):
     import jax
 
     from ..backend import compile_module, load
+    from ..targets import get_target
     from ..importers.jax import import_jax
 
     step, args = step_of(JAX_TRAIN_SUITE[name])
     text, signature = import_jax(step, args)
-    fn = load(compile_module(text))
+    fn = load(compile_module(text, get_target("host")))
     leaves = [np.asarray(x) for x in signature.flatten(args)]
     n = len(jax.tree_util.tree_leaves(args[:2]))
     state, batch = [fn.upload(x) for x in leaves[:n]], leaves[n:]

@@ -32,12 +32,13 @@ def _measure(name: str, variant: str) -> dict:
     start = time.perf_counter()
     if variant == "iree":
         from ..backend import compile_module, load
+        from ..targets import get_target
         from ..program import import_model
         from ..values import to_numpy
 
         text, _, _, state = import_model(model, inputs)
         imported = time.perf_counter()
-        fn = load(compile_module(text))
+        fn = load(compile_module(text, get_target("host")))
         seconds = {"import": imported - start, "iree-compile": time.perf_counter() - imported}
         got = fn(*[to_numpy(v) for v in state.values()], *[x.numpy() for x in inputs])[0]
         ir_bytes = len(text)

@@ -33,7 +33,9 @@ from tqdm import tqdm
 from ..fuzz import FAILURES, Outcome, RandomChooser, draw_and_run, generate, run, run_search
 from ..fuzz.known import known_bug
 from ..fuzz.programs import SIZES
+from ..errors import SftError
 from ..plan import Plan
+from ..targets import get_target
 
 
 def _rng_seed(seed: int, program: int, plan: int) -> int:
@@ -98,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--sizes takes comma-separated integers, not {args.sizes!r}")
     if not sizes or min(sizes) < 1:
         p.error(f"--sizes takes positive extents, not {args.sizes!r}")
+    try:
+        target = get_target(args.target)
+    except SftError as err:
+        p.error(err.message)
 
     kinds: collections.Counter[str] = collections.Counter()
     plans = tiled = 0
@@ -115,20 +121,20 @@ def main(argv: list[str] | None = None) -> int:
             searched = args.search_every > 0 and i % args.search_every == 0
             for j in range(args.plans + searched):
                 if j == args.plans:
-                    plan, outcome = run_search(program, args.target)
+                    plan, outcome = run_search(program, target)
                 elif args.default and j == 0:
                     plan = Plan()
-                    outcome = run(program, plan, args.target)
+                    outcome = run(program, plan, target)
                 else:
                     # a segfault takes the campaign down without an outcome: leave the evidence
                     save(args.out, "current", program, Plan(),
                          Outcome("running", f"--seed {args.seed} --start {i} --n 1, plan {j}"))
                     ch = RandomChooser(_rng_seed(args.seed, i, j + 1))
-                    plan, outcome = draw_and_run(program, ch, args.target, args.all_kernels)
+                    plan, outcome = draw_and_run(program, ch, target, args.all_kernels)
                 plans += 1
                 tiled += bool(plan.tiles)
                 configs.update(getattr(c, "pipeline", "cpu tiles") for _, c in plan.tiles)
-                known = known_bug(program, plan, outcome, args.target) if outcome.failed else None
+                known = known_bug(program, plan, outcome, target) if outcome.failed else None
                 kind = f"known {known}" if known else outcome.kind
                 kinds[kind] += 1
                 if known is None and (outcome.failed or outcome.kind == "group-refused"):

@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..backend.iree import run_attached, run_group
+from ..backend.process import run_attached, run_group
 from ..errors import SftError
 
 RUN_SCRIPT = Path(__file__).resolve().parents[3] / "tools" / "gpu_check_run.py"
