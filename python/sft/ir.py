@@ -105,10 +105,5 @@ def run_pipeline(module, pipeline: str, filename: str = "<input>") -> None:
             raise _mlir_error(exc, filename) from None
 
 
-def to_iree(module) -> "iree_ir.Module":
-    """Re-parse a torch-mlir module in a fresh IREE context (text is the bridge)."""
-    return parse(iree_ir.Context(), print_module(module), "")
-
-
 def print_module(module, generic: bool = False) -> str:
     return module.operation.get_asm(print_generic_op_form=generic, enable_debug_info=False)

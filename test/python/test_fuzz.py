@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 import sft
 from sft.errors import IllegalPlan
 from sft.program import to_sft
-from sft.fuzz import FAILURES, DataChooser, RandomChooser, draw_and_run, draw_plan, generate, run
+from sft.fuzz import (FAILURES, DataChooser, RandomChooser, draw_and_run, draw_plan, generate, run,
+                      run_search)
 from sft.fuzz.known import FUSION_DT, known_bug
 from sft.passes.expand_batch import expandable
 from sft.decisions import TileConfig
@@ -57,6 +58,22 @@ def test_random_programs_under_random_plans_match_numpy(data):
     program = generate(ch, max_ops=4)
     plan, outcome = draw_and_run(program, ch, HOST)
     check_example(program, plan, outcome)
+
+
+def test_programs_with_a_private_callee_match_numpy_under_plans_and_the_search():
+    """Programs whose first ops sit in a private function @main calls: op ids run across both
+    functions in every pass, plans naming ops on either side apply (or a group spanning both
+    is refused), and the search's plan compiles and computes the reference."""
+    seeds = [s for s in range(200) if "private-callee" in generate(RandomChooser(s), max_ops=4).features]
+    assert len(seeds) >= 20  # P_CALLEE of the programs with more than one op
+    for seed in seeds[:4]:
+        program = generate(RandomChooser(seed), max_ops=4)
+        assert program.text.startswith("func.func private @part(") and "func.call @part(" in program.text
+        outcomes = [draw_and_run(program, RandomChooser(1000 * seed + j), HOST) for j in range(2)]
+        outcomes.append(run_search(program, HOST))
+        for plan, outcome in outcomes:
+            known = known_bug(program, plan, outcome, HOST) if outcome.failed else None
+            assert known or not outcome.failed, f"{program.text}\nplan {plan.to_json()}: {outcome}"
 
 
 @settings(FUZZ, max_examples=50)

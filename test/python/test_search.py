@@ -8,6 +8,7 @@ import torch
 
 import sft
 from sft.cost.model import predict
+from sft.decisions import TileConfig
 from sft.decisions.cpu_tiles import IREE_DEFAULT
 from sft.cost.hardware import TargetDesc
 from sft.models import SUITE
@@ -256,6 +257,26 @@ def test_a_plan_that_does_not_compile_falls_back_to_the_next_ranked(tmp_path, mo
     torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
     again = sft.compile(model, (x,), search="model")
     assert again.search.replayed and again.plan == compiled.plan
+
+
+def test_a_plan_that_does_not_apply_falls_back_like_one_iree_refuses(tmp_path, monkeypatch):
+    """A searched plan naming an op the program does not have (IllegalPlan while lowering) is
+    discarded as a pick iree-compile refuses is: the next ranked option set compiles."""
+    import sft.search.strategy as strategy
+
+    real = strategy.search_plan
+
+    def stale_pick(*args, **kwargs):
+        plan, report = real(*args, **kwargs)
+        return dataclasses.replace(plan, tiles=((99, TileConfig((8, 8, 0), (8, 8, 0), (0, 0, 8))),)), report
+
+    monkeypatch.setattr(strategy, "search_plan", stale_pick)
+    monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path / "cache"))
+    model, x = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.ReLU()), torch.randn(4, 16)
+    compiled = sft.compile(model, (x,), search="model")
+    assert compiled.search.fallback and "op 99" in compiled.search.chosen
+    assert compiled.plan.tiles == ()
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
 
 
 def test_im2col_is_searched_where_a_program_has_convolutions():

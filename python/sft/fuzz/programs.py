@@ -11,7 +11,11 @@ Every choice goes through a `Chooser`, so that the same generator runs under hyp
 are draws, and failures shrink: every choice's smallest value is its simplest option) and under
 a plain numpy RNG (the long campaign). Index maps are kept as text expressions over d0..dN-1 and
 evaluated with numpy on the index grid: one gather serves views, maps, reductions and
-contractions alike.
+contractions alike. With some probability (P_CALLEE) the first ops go to a private function
+that @main calls.
+
+Past 400 lines for a reason: each op kind's text and its numpy meaning are written side by
+side, one method each, and they only make sense together; the view ops live in views.py.
 """
 
 from __future__ import annotations
@@ -22,15 +26,16 @@ import re
 import numpy as np
 
 from .choosers import Chooser
+from .views import ViewOps
 from .values import EPS, NP_TYPES, Node, Program, Value, amap, gather, identity, segments, ttype
 
 SIZES = (1, 2, 3, 5, 7, 13, 4, 8, 16)  # unit dims and small primes first (no tile divides them)
 MAX_DOMAIN = 2048                      # loop iterations of one op: keeps compile and numpy cheap
-MAX_RANK = 4
 INF_BITS = {"f32": ("0x7F800000", "0xFF800000"), "f64": ("0x7FF0000000000000", "0xFFF0000000000000")}
 MATH_ULPS = 16.0                       # error allowed for exp and tanh, in ulps of the result
+P_CALLEE = 0.25                        # how often the first ops go to a private callee
 
-class Builder:
+class Builder(ViewOps):
     """Grows one random program; `build()` returns it."""
 
     def __init__(self, ch: Chooser, dtype: str | None = None, max_ops: int = 5,
@@ -413,70 +418,6 @@ class Builder:
                               None, "view-collapse")
         return self.op_contract(merged, batch=1)
 
-    def view_op(self, x: Value, shape, exprs, pad: float | None, kind: str) -> Value:
-        name = self.fresh()
-        pad_name = f", {self.const(pad)}" if pad is not None else ""
-        pad_type = f", {self.dtype}" if pad is not None else ""
-        text = (f"  {name} = \"sft.view\"({x.name}{pad_name}) {{map = {amap(len(shape), exprs)}}} : "
-                f"({ttype(x.shape, self.dtype)}{pad_type}) -> {ttype(shape, self.dtype)}")
-        fill = 0.0 if pad is None else pad
-        return self.emit(text, shape, gather(x.ref, exprs, shape, fill), gather(x.err, exprs, shape),
-                         gather(x.mag, exprs, shape, abs(fill)), kind)
-
-    def op_view(self) -> Value | None:
-        x = self.value(min_rank=1)
-        s, r = list(x.shape), len(x.shape)
-        kind = self.ch.pick(("transpose", "broadcast", "const", "expand", "collapse", "slice", "pad"))
-        j = self.ch.int(0, r - 1)
-        exprs = identity(r)
-        pad = None
-        if kind == "transpose" and r >= 2:
-            perm = list(range(r))
-            self.shuffle(perm)
-            shape = [s[p] for p in perm]                 # result dim i is source dim perm[i]
-            exprs = [f"d{perm.index(q)}" for q in range(r)]
-        elif kind == "broadcast" and r < MAX_RANK:
-            at = self.ch.int(0, r)
-            shape = s[:at] + [self.ch.pick(self.sizes[:6])] + s[at:]
-            exprs = [f"d{q if q < at else q + 1}" for q in range(r)]
-        elif kind == "const":                            # e.g. (d0, d1, d2) -> (d0, d1, 0)
-            shape = list(s)
-            shape[j] = self.ch.pick(self.sizes[:6])
-            exprs[j] = str(self.ch.int(0, s[j] - 1))
-        elif kind == "expand" and r < MAX_RANK:
-            parts = [(a, s[j] // a) for a in range(1, s[j] + 1) if s[j] % a == 0]
-            a, b = self.ch.pick(parts)
-            shape = s[:j] + [a, b] + s[j + 1:]
-            # row-major, as tensor.expand_shape reads: (a, 1) gives d_j + d_j+1, (1, b) d_j+1
-            split = f"d{j + 1}" if a == 1 else (f"d{j} + d{j + 1}" if b == 1 else f"d{j} * {b} + d{j + 1}")
-            exprs = [f"d{q}" for q in range(j)] + [split] + [f"d{q + 1}" for q in range(j + 1, r)]
-        elif kind == "collapse" and r >= 2:
-            j = min(j, r - 2)
-            a, b = s[j], s[j + 1]
-            shape = s[:j] + [a * b] + s[j + 2:]
-            exprs = [f"d{q}" for q in range(j)] + [f"d{j} floordiv {b}", f"d{j} mod {b}"] + \
-                [f"d{q - 1}" for q in range(j + 2, r)]
-        elif kind == "slice" and s[j] >= 2:
-            stride = self.ch.int(1, 3)
-            offset = self.ch.int(0, s[j] - 1)
-            size = self.ch.int(1, (s[j] - 1 - offset) // stride + 1)
-            shape = list(s)
-            shape[j] = size
-            exprs[j] = f"d{j}" + (f" * {stride}" if stride > 1 else "") + (f" + {offset}" if offset else "")
-        elif kind == "pad":
-            lo, hi = self.ch.int(0, 2), self.ch.int(0, 2)
-            if lo == hi == 0:
-                hi = 1
-            shape = list(s)
-            shape[j] += lo + hi
-            exprs[j] = f"d{j} - {lo}" if lo else f"d{j}"
-            pad = self.ch.pick((0.0, 1.0, -2.0))
-        else:
-            return None
-        if kind == "const":
-            self.const_view_sources.append(x.name)
-        return self.view_op(x, shape, exprs, pad, f"view-{kind}")
-
     # -- the whole program ---------------------------------------------------------------------
 
     def build(self) -> Program:
@@ -484,8 +425,10 @@ class Builder:
         makers = (self.op_contract, self.op_map, self.op_chain, self.op_reduce, self.op_view,
                   self.op_contract, self.op_batched, self.op_map, self.op_view, self.op_reduce,
                   self.op_chain, self.op_iota)
+        boundaries = []  # entries of self.lines after each maker: where a callee may end
         for _ in range(self.ch.int(1, self.max_ops)):
             self.ch.pick(makers)()
+            boundaries.append(len(self.lines))
         if not self.values:
             self.op_map()
         outs = [self.values[-1]]
@@ -497,13 +440,39 @@ class Builder:
             uses = sum(len(re.findall(re.escape(name) + r"\b(?! =)", l)) for l in self.lines)
             if uses + returned.count(name) > 1:
                 self.features.add("const-view-of-shared-value")
-        sig = ", ".join(f"{a.name}: {ttype(a.shape, self.dtype)}" for a in self.args)
-        res = ", ".join(ttype(v.shape, self.dtype) for v in outs)
-        text = (f"func.func @main({sig}) -> ({res}) {{\n" + "\n".join(self.head + self.lines) +
-                f"\n  return {', '.join(v.name for v in outs)} : {res}\n}}\n")
+        inner = [b for b in boundaries if 0 < b < len(self.lines)]
+        split = self.ch.pick(inner) if inner and self.ch.flag(P_CALLEE) else None
+        text = self.function_text("main", self.lines, outs) if split is None else self.outlined(split, outs)
         dtype = NP_TYPES[self.dtype]
         return Program(text, self.dtype, [a.ref.astype(dtype) for a in self.args],
                        [v.ref for v in outs], [v.err for v in outs], list(self.kinds), set(self.features))
+
+
+    def function_text(self, name: str, lines: list[str], outs: list[Value], private: bool = False) -> str:
+        """`func.func @name` over every input, computing `lines` and returning `outs`."""
+        sig = ", ".join(f"{a.name}: {ttype(a.shape, self.dtype)}" for a in self.args)
+        res = ", ".join(ttype(v.shape, self.dtype) for v in outs)
+        return (f"func.func {'private ' * private}@{name}({sig}) -> ({res}) {{\n" +
+                "\n".join(self.head + lines) + f"\n  return {', '.join(v.name for v in outs)} : {res}\n}}\n")
+
+    def outlined(self, split: int, outs: list[Value]) -> str:
+        """The program with its ops before entry `split` in a private function @part that @main
+        calls (op ids count the callee's ops first, then @main's): what hand-written and
+        exported MLIR often holds, and where two scopes of op ids once disagreed."""
+        by_name = {v.name: v for v in self.values}
+        defined = [m.group(1) for m in (re.match(r"^  (%\w+) = ", e) for e in self.lines[:split]) if m]
+        later = "\n".join(self.lines[split:]) + " " + " ".join(v.name for v in outs)
+        passed = [by_name[n] for n in defined if n in by_name and re.search(re.escape(n) + r"\b", later)]
+        if not passed:
+            return self.function_text("main", self.lines, outs)
+        self.features.add("private-callee")
+        args = ", ".join(a.name for a in self.args)
+        arg_types = ", ".join(ttype(a.shape, self.dtype) for a in self.args)
+        res = ", ".join(ttype(v.shape, self.dtype) for v in passed)
+        call = (f"  {', '.join(v.name for v in passed)} = func.call @part({args}) : "
+                f"({arg_types}) -> ({res})")
+        return (self.function_text("part", self.lines[:split], passed, private=True)
+                + self.function_text("main", [call, *self.lines[split:]], outs))
 
 
 def generate(ch: Chooser, dtype: str | None = None, max_ops: int = 5,
