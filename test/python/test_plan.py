@@ -24,6 +24,38 @@ def test_plan_json_roundtrip_and_hash():
     assert Plan().is_empty and not plan.is_empty
 
 
+def test_a_plan_is_its_decision_kinds():
+    """Plan's fields, JSON, passes and report words all come from plan.KINDS: one entry per
+    kind, in the order the kinds apply; keywords only."""
+    import dataclasses
+    import pickle
+
+    from sft.decisions.kind import IREE, SFT
+    from sft.passes.apply_plan import ApplyTilesPass, FusionGroupsPass
+    from sft.passes.expand_batch import ExpandBatchPass
+    from sft.passes.low_precision import LowPrecisionPass
+    from sft.passes.reassociate import ReassociatePass
+    from sft.plan import KINDS
+
+    assert [f.name for f in dataclasses.fields(Plan)] == [k.field for k in KINDS]
+    assert Plan().to_json() == "{}" and Plan().passes(SFT) == [] and Plan().describe() == []
+    with pytest.raises(TypeError):
+        Plan((1,))  # keywords only
+    every = Plan(expand=(4,), orders=((3, (0, (1, 2))),), low_precision=((2, "bf16"),),
+                 tiles=((2, MLP_TILES),), groups=((0, 1),), flags=("--x",), driver="local-sync",
+                 as_imported=True)
+    assert not any(getattr(every, k.field) == k.default for k in KINDS)
+    assert Plan.from_json(every.to_json()) == every == pickle.loads(pickle.dumps(every))
+    assert [type(p) for p in every.passes(SFT)] == [ExpandBatchPass, ReassociatePass, LowPrecisionPass]
+    assert [type(p) for p in every.passes(IREE)] == [ApplyTilesPass, FusionGroupsPass]
+    assert every.describe() == ["batch expanded on ops [4]", "chains reordered: op 3 as (0, (1, 2))",
+                                "bf16 inputs, f32 accumulation on ops [2]"]
+    with pytest.raises(sft.SftError, match="unknown key 'tile' .known: as_imported, driver, expand"):
+        Plan.from_json('{"tile": []}')
+    with pytest.raises(sft.SftError, match=r"low_precision\[0\]: \"f8\" is not a low-precision"):
+        Plan.from_json('{"low_precision": [[2, "f8"]]}')
+
+
 def test_groups_and_tiles_change_the_program_not_the_numbers():
     case = SUITE["mlp"]
     model, inputs = case.build(), case.inputs()
