@@ -83,3 +83,22 @@ def test_dispatches_times_each_kernel_of_both_programs(tmp_path, capsys):
     for variant in ("iree", "sft"):
         summed = sum(t.get(variant) or 0.0 for t in row["kernels"].values())
         assert row["total_s"][variant] == pytest.approx(summed)
+    # the roofline: IREE's FLOPs and bytes per kernel, the bound from the host's peaks
+    from sft.cost.model import roofline
+    from sft.targets import get_target
+
+    desc = get_target("host").desc
+    matmuls = [w["iree"] for w in row["work"].values()
+               if "iree" in w and w["iree"]["flops"] == 2 * 32 * 1024 * 256]  # 256->1024, 1024->256
+    assert len(matmuls) == 2
+    for work in matmuls:
+        assert work["bytes"] >= 4 * (32 * 256 + 256 * 1024)
+        assert work["bound_s"] == pytest.approx(roofline(work["flops"], work["bytes"], desc, 1))
+        assert work["bound_s"] >= work["flops"] / desc.peak_flops_f32
+    assert row["bound_s"]["iree"] == pytest.approx(
+        sum(w["iree"]["bound_s"] for w in row["work"].values() if "iree" in w))
+    assert row["peaks"]["flops_per_s"] == desc.peak_flops_f32
+    from sft.tools.bench_dispatches import plot_roofline
+
+    plot_roofline(json.loads(out.read_text()), str(tmp_path / "roofline.png"))
+    assert (tmp_path / "roofline.png").stat().st_size > 10_000

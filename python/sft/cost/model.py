@@ -131,11 +131,17 @@ def option_speedup(options: ModuleOptions, target: TargetDesc) -> float:
     return target.ukernel_speedup if options.ukernels else 1.0
 
 
+def bandwidth(nbytes: float, target: TargetDesc, cores: int) -> float:
+    """Bytes/s for streaming `nbytes` on `cores` cores: L2's where they fit in those cores' L2,
+    else DRAM's."""
+    if nbytes <= target.l2_bytes * cores:
+        return target.l2_bandwidth * parallel_speedup(cores, target)
+    return target.dram_bandwidth
+
+
 def memory_bound(dispatch: Dispatch, target: TargetDesc, cores: int) -> float:
     """Seconds for a dispatch that streams its buffers once (elementwise, reductions, copies)."""
-    fits = dispatch.bytes <= target.l2_bytes * cores
-    bandwidth = target.l2_bandwidth * parallel_speedup(cores, target) if fits else target.dram_bandwidth
-    work = dispatch.bytes / bandwidth
+    work = dispatch.bytes / bandwidth(dispatch.bytes, target, cores)
     if dispatch.is_contraction:  # one IREE has but the search does not tile (a convolution)
         work = max(work, compute_floor(dispatch.flops, target, cores) / UNTILED_EFFICIENCY)
     return work
@@ -158,6 +164,12 @@ def compute_floor(flops: float, target: TargetDesc, cores: int) -> float:
     """Seconds no schedule beats: the work at peak rate on every usable core. `predict` never
     goes below it (lane use, reuse and spills only slow it down), so it bounds a branch."""
     return flops / (target.peak_flops_f32 * parallel_speedup(cores, target))
+
+
+def roofline(flops: float, nbytes: float, target: TargetDesc, cores: int) -> float:
+    """Seconds no code beats on `cores` cores: its FLOPs at the peak rate or its bytes at the
+    bandwidth of where they live, whichever takes longer."""
+    return max(compute_floor(flops, target, cores), nbytes / bandwidth(nbytes, target, cores))
 
 
 def untiled_contraction(flops: float, nbytes: float, target: TargetDesc, cores: int) -> float:

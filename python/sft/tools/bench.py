@@ -10,7 +10,9 @@
   sft-bench compile  compile time, peak memory and IR size of IREE's path and of sft.compile
                      (none, model), each in a fresh process and cache, with numerics vs eager
   sft-bench dispatches  where the time goes: every kernel of IREE's own compile and of sft's
-                     plan (search="model") compiled alone and timed on one thread, side by side
+                     plan (search="model") compiled alone and timed on one thread, side by side,
+                     beside its roofline bound (FLOPs at the core's peak, bytes at L2 or DRAM
+                     bandwidth) and how far from it each runs
 
 Ratios are speed-ups (higher is faster). --json writes every number for tracking.
 """
@@ -223,7 +225,8 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--candidates", type=int, default=20, help="candidates per kernel (quality)")
     p.add_argument("--seed", type=int, default=0, help="candidate sampling seed (quality)")
     p.add_argument("--json", metavar="FILE", help="write every number as JSON")
-    p.add_argument("--plot", metavar="PNG", help="quality: draw predicted vs measured")
+    p.add_argument("--plot", metavar="PNG", help="quality: draw predicted vs measured; dispatches: "
+                                                 "the roofline with every kernel on it")
     args = p.parse_args(argv)
     from .bench_train import TRAIN_SUITE
 
@@ -246,6 +249,10 @@ def _main(argv: list[str] | None) -> int:
         from .bench_dispatches import dispatches
 
         result = dispatches(models, max(3, args.rounds // 2))
+        if args.plot:
+            from .bench_dispatches import plot_roofline
+
+            plot_roofline(result, args.plot)
     elif args.mode == "speed":
         result = speed(models, args.rounds, args.calls, not args.no_torch_compile)
     else:
