@@ -102,3 +102,21 @@ def test_dispatches_times_each_kernel_of_both_programs(tmp_path, capsys):
 
     plot_roofline(json.loads(out.read_text()), str(tmp_path / "roofline.png"))
     assert (tmp_path / "roofline.png").stat().st_size > 10_000
+
+
+def test_plans_are_written_and_compared(tmp_path, capsys):
+    """sft-bench plans: each model's searched plan per target; --compare says which differ from a
+    file written before (exit 1 when any does), and a file that is not one is one error line."""
+    out = tmp_path / "plans.json"
+    assert bench.main(["plans", "linear", "mlp", "--targets", "host,cuda:sm_80", "--json", str(out)]) == 0
+    found = json.loads(out.read_text())["plans"]
+    assert sorted(found) == ["cuda:sm_80/linear", "cuda:sm_80/mlp", "host/linear", "host/mlp"]
+    assert bench.main(["plans", "linear", "mlp", "--targets", "host,cuda:sm_80", "--compare", str(out)]) == 0
+    assert "4 plans, 0 differ" in capsys.readouterr().out
+    changed = {**found, "host/mlp": {"driver": "no-such-driver"}}
+    out.write_text(json.dumps({"plans": changed}))
+    assert bench.main(["plans", "mlp", "--compare", str(out)]) == 1
+    assert "1 plan, 1 differ from" in capsys.readouterr().out.splitlines()[-1]
+    out.write_text("not json")
+    assert bench.main(["plans", "mlp", "--compare", str(out)]) == 1
+    assert "not a file `sft-bench plans --json` wrote" in capsys.readouterr().err

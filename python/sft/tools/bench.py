@@ -13,6 +13,8 @@
                      plan (search="model") compiled alone and timed on one thread, side by side,
                      beside its roofline bound (FLOPs at the core's peak, bytes at L2 or DRAM
                      bandwidth) and how far from it each runs
+  sft-bench plans    the plan search="model" picks per model and target (--targets), and with
+                     --compare OLD.json which differ from those written before (a refactor's check)
 
 Ratios are speed-ups (higher is faster). --json writes every number for tracking.
 """
@@ -212,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     p = argparse.ArgumentParser(prog="sft-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=("speed", "quality", "compile", "train", "dispatches"),
+    p.add_argument("mode", choices=("speed", "quality", "compile", "train", "dispatches", "plans"),
                    help="speed: time per call; quality: the cost model against measurement; "
                         "compile: compile time and peak memory (default models: the large ones); "
                         "train: time per training step; dispatches: time per kernel (any model "
@@ -224,6 +226,8 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--kernels", type=int, default=16, help="kernels to sample (quality)")
     p.add_argument("--candidates", type=int, default=20, help="candidates per kernel (quality)")
     p.add_argument("--seed", type=int, default=0, help="candidate sampling seed (quality)")
+    p.add_argument("--targets", default="host", help="comma-separated targets (plans)")
+    p.add_argument("--compare", metavar="JSON", help="plans: a file an earlier run wrote with --json")
     p.add_argument("--json", metavar="FILE", help="write every number as JSON")
     p.add_argument("--plot", metavar="PNG", help="quality: draw predicted vs measured; dispatches: "
                                                  "the roofline with every kernel on it")
@@ -253,6 +257,14 @@ def _main(argv: list[str] | None) -> int:
             from .bench_dispatches import plot_roofline
 
             plot_roofline(result, args.plot)
+    elif args.mode == "plans":
+        from ..targets import get_target
+        from .bench_plans import plans
+
+        targets = [t for t in args.targets.split(",") if t]
+        for t in targets:
+            get_target(t)  # an unknown name is one error line before any search
+        result = plans(models, targets, args.compare)
     elif args.mode == "speed":
         result = speed(models, args.rounds, args.calls, not args.no_torch_compile)
     else:
@@ -262,7 +274,7 @@ def _main(argv: list[str] | None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1, default=str)
-    return 0
+    return 1 if result.get("differ") else 0  # plans --compare: the check failed
 
 
 if __name__ == "__main__":
