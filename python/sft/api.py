@@ -56,6 +56,7 @@ def compile(model, example_inputs=(), target: Target | str = "host", plan: Plan 
                                 search, keep_ir, precision)
     if hasattr(model, "modules") and hasattr(model, "training"):  # a torch module
         compiled.watch_mode(model)
+    compiled.inference_only = True
     return compiled
 
 

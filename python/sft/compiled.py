@@ -58,6 +58,8 @@ class CompiledModel:
     def __post_init__(self):
         self._loaded = None
         self._mode = None
+        # set by sft.compile: its outputs leave autograd, so an input that requires grad is refused
+        self.inference_only = False
         self._device_state: dict = {}  # name -> device array, or a host array not yet uploaded
         try:  # loaded now where its device is here: the state goes straight to it, uncopied
             self._device()
@@ -145,6 +147,8 @@ class CompiledModel:
             self._check_mode()
         if self.signature.flatten is not None:
             args = tuple(self.signature.flatten(args))
+        if self.inference_only:
+            _refuse_autograd(args)
         loaded = self._device()
         arrays = check_inputs(args, self.signature.inputs, loaded.driver)
         state = [self._device_state[name] for name, _, _ in self.signature.state]
@@ -161,3 +165,20 @@ class CompiledModel:
             else:
                 host.append(to_host(out))
         return assemble(host, args, self.signature)
+
+
+def _refuse_autograd(args) -> None:
+    """An SftError where autograd would record a torch input that requires grad: the compiled
+    outputs carry no gradient back, so a loss built on them would train the rest of the graph
+    and silently skip this part."""
+    wants = [i for i, a in enumerate(args) if getattr(a, "requires_grad", False)]
+    if not wants:
+        return
+    import torch
+
+    if torch.is_grad_enabled():
+        raise SftError(f"input {wants[0]} requires grad, but sft.compile's module computes values, "
+                       "not gradients (its outputs would be cut from autograd): call it under "
+                       "torch.no_grad() or on detached inputs, or train with "
+                       "torch.compile(model, backend='sft') or sft.compile_train_step")
+

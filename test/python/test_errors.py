@@ -178,3 +178,20 @@ def test_a_binary_input_through_the_real_command_line(inputs):
         assert proc.returncode == 1 and "Traceback" not in proc.stderr
         assert proc.stderr.strip().endswith("binary.mlir:1:1: error: not UTF-8 text (byte 0x89); "
                                             "expected MLIR or Python source")
+
+
+def test_an_input_that_requires_grad_is_refused_not_cut_from_autograd():
+    """sft.compile's outputs carry no gradient: an input that requires grad (under grad mode)
+    is one error line naming it, where the loss would otherwise skip this part of the graph;
+    under torch.no_grad() or detached, the same call runs and matches eager."""
+    model, x = torch.nn.Linear(4, 3), torch.randn(2, 4)
+    compiled = sft.compile(model, (x,))
+    wants = x.clone().requires_grad_()
+    with pytest.raises(SftError, match="input 0 requires grad.*torch.no_grad.*backend='sft'"):
+        compiled(wants)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(wants), model(x), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(compiled(wants.detach()), model(x).detach(), rtol=1e-5, atol=1e-6)
+    fn = sft.compile(lambda a: a * 2, (x,))  # a plain torch function too
+    with pytest.raises(SftError, match="requires grad"):
+        fn(wants)
