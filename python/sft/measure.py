@@ -22,7 +22,7 @@ from .backend.timing import loaded_call, time_variants
 from .errors import SftError
 from .decisions import KernelConfig, canonical
 from .plan import Plan
-from .search.candidates import program_candidates
+from .search.candidates import TOP_OPTIONS, program_candidates
 from .search.exhaustive import KernelChoice, SearchReport
 from .space.kernels import Kernel
 from .targets import Target
@@ -121,7 +121,7 @@ def measure_kernel(choice: KernelChoice, target: Target, db: TuningDB,
 
 
 def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
-           db: TuningDB, top_options: int = 4, top_k: int = 3, rounds: int = 5,
+           db: TuningDB, top_options: int = TOP_OPTIONS, top_k: int = 3, rounds: int = 5,
            progress=None, keep: tuple[int, ...] = (), resident: tuple[int, ...] = ()) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles;
     the best of each driver, fusion and convolution strategy among them) and IREE's default.

@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import field, make_dataclass
 
-from .decisions.kind import COMPILE, DecisionKind, boolean, strings, text
+from .decisions.kind import COMPILE, DecisionKind, boolean, string, strings
 from .errors import SftError
 from .passes import apply_plan, expand_batch, low_precision, reassociate
 
@@ -21,7 +21,7 @@ FLAGS = DecisionKind(field="flags", type="tuple[str, ...]", default=(),
                      doc="extra iree-compile options", parse=strings, stage=COMPILE)
 DRIVER = DecisionKind(field="driver", type="str", default="",
                       doc="the IREE runtime driver to run on (\"\": the target's own)",
-                      parse=text, stage=COMPILE)
+                      parse=string, stage=COMPILE)
 AS_IMPORTED = DecisionKind(
     field="as_imported", type="bool", default=False,
     doc="compile the front end's linalg as it came (IREE alone: sft's raise and lower skipped; "

@@ -45,7 +45,7 @@ def boolean(value, what: str) -> bool:
     return value
 
 
-def text(value, what: str) -> str:
+def string(value, what: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a string, not {json.dumps(value)}")
     return value

@@ -12,10 +12,8 @@ are draws, and failures shrink: every choice's smallest value is its simplest op
 a plain numpy RNG (the long campaign). Index maps are kept as text expressions over d0..dN-1 and
 evaluated with numpy on the index grid: one gather serves views, maps, reductions and
 contractions alike. With some probability (P_CALLEE) the first ops go to a private function
-that @main calls.
-
-Past 400 lines for a reason: each op kind's text and its numpy meaning are written side by
-side, one method each, and they only make sense together; the view ops live in views.py.
+that @main calls. The scalar bodies of maps and reductions are bodies.py's, the view ops
+views.py's.
 """
 
 from __future__ import annotations
@@ -26,16 +24,16 @@ import re
 import numpy as np
 
 from .choosers import Chooser
+from .bodies import ScalarBodies
 from .views import ViewOps
-from .values import EPS, NP_TYPES, Node, Program, Value, amap, gather, identity, segments, ttype
+from .values import NP_TYPES, Node, Program, Value, amap, gather, identity, segments, ttype
 
 SIZES = (1, 2, 3, 5, 7, 13, 4, 8, 16)  # unit dims and small primes first (no tile divides them)
 MAX_DOMAIN = 2048                      # loop iterations of one op: keeps compile and numpy cheap
 INF_BITS = {"f32": ("0x7F800000", "0xFF800000"), "f64": ("0x7FF0000000000000", "0xFFF0000000000000")}
-MATH_ULPS = 16.0                       # error allowed for exp and tanh, in ulps of the result
 P_CALLEE = 0.25                        # how often the first ops go to a private callee
 
-class Builder(ViewOps):
+class Builder(ScalarBodies, ViewOps):
     """Grows one random program; `build()` returns it."""
 
     def __init__(self, ch: Chooser, dtype: str | None = None, max_ops: int = 5,
@@ -110,81 +108,7 @@ class Builder(ViewOps):
         return Value(name, tuple(shape), full, np.zeros(tuple(shape)),
                      np.where(np.isinf(full), 0.0, np.abs(full)), constant=True)
 
-    # -- scalar bodies ----------------------------------------------------------------------
-
-    def body(self, nodes: list[Node], domain, max_ops: int) -> tuple[list[str], Node]:
-        """A random arith/math expression over `nodes` (the block arguments); returns its lines
-        and the node it yields."""
-        lines, nodes, t = [], list(nodes), self.dtype
-        for _ in range(self.ch.int(0, max_ops)):
-            a = nodes[-1 - self.ch.int(0, len(nodes) - 1)]
-            b = nodes[-1 - self.ch.int(0, len(nodes) - 1)]
-            op = self.ch.pick(("addf", "mulf", "subf", "maximumf", "minimumf", "divf", "negf",
-                               "exp", "tanh", "absf", "const", "index"))
-            name = self.fresh("s")
-            if op in ("addf", "subf"):
-                r = a.ref + b.ref if op == "addf" else a.ref - b.ref
-                node = Node(name, r, a.err + b.err + np.abs(r), a.mag + b.mag)
-                lines.append(f"{name} = arith.{op} {a.name}, {b.name} : {t}")
-            elif op == "mulf":
-                r = a.ref * b.ref
-                node = Node(name, r, np.abs(b.ref) * a.err + np.abs(a.ref) * b.err + np.abs(r), a.mag * b.mag)
-                lines.append(f"{name} = arith.mulf {a.name}, {b.name} : {t}")
-            elif op in ("maximumf", "minimumf"):
-                r = np.maximum(a.ref, b.ref) if op == "maximumf" else np.minimum(a.ref, b.ref)
-                node = Node(name, r, np.maximum(a.err, b.err), np.maximum(a.mag, b.mag))
-                lines.append(f"{name} = arith.{op} {a.name}, {b.name} : {t}")
-            elif op == "divf":
-                # a / (1 + b*b): the denominator is at least 1, never 0
-                sq, den = self.fresh("s"), self.fresh("s")
-                d = 1.0 + b.ref * b.ref
-                d_err = 2 * np.abs(b.ref) * b.err + b.ref * b.ref + d
-                r = a.ref / d
-                node = Node(name, r, a.err / d + np.abs(a.ref) * d_err / (d * d) + np.abs(r), a.mag / d)
-                lines += [f"{sq} = arith.mulf {b.name}, {b.name} : {t}",
-                          f"{den} = arith.addf {self.const(1.0)}, {sq} : {t}",
-                          f"{name} = arith.divf {a.name}, {den} : {t}"]
-            elif op == "negf":
-                node = Node(name, -a.ref, a.err, a.mag)
-                lines.append(f"{name} = arith.negf {a.name} : {t}")
-            elif op == "absf":
-                node = Node(name, np.abs(a.ref), a.err, a.mag)
-                lines.append(f"{name} = math.absf {a.name} : {t}")
-            elif op == "exp" and np.abs(a.ref).max(initial=0.0) + EPS[t] * a.err.max(initial=0.0) <= 8.0:
-                r = np.exp(a.ref)
-                node = Node(name, r, r * (a.err + MATH_ULPS), r)
-                lines.append(f"{name} = math.exp {a.name} : {t}")
-            elif op in ("exp", "tanh") and t == "f64":
-                # IREE has no f64 tanh (iree-lld: undefined symbol: tanh): not sft's to test
-                node = Node(name, np.abs(a.ref), a.err, a.mag)
-                lines.append(f"{name} = math.absf {a.name} : {t}")
-            elif op in ("exp", "tanh"):  # exp of an unbounded input becomes tanh
-                r = np.tanh(a.ref)
-                node = Node(name, r, a.err + MATH_ULPS * np.abs(r) + MATH_ULPS * EPS[t], np.abs(r))
-                lines.append(f"{name} = math.tanh {a.name} : {t}")
-            elif op == "const":
-                c = self.ch.pick((0.5, 2.0, -1.0, 3.0))
-                node = Node(self.const(c), np.full(tuple(domain), c), np.zeros(tuple(domain)),
-                            np.full(tuple(domain), abs(c)))
-            else:  # the loop position along a random dim, as a float
-                if not domain:
-                    continue
-                dim = self.ch.int(0, len(domain) - 1)
-                i, k = self.fresh("s"), self.fresh("s")
-                r = np.indices(tuple(domain))[dim].astype(np.float64)
-                node = Node(name, r, np.zeros_like(r), r)
-                lines += [f"{i} = \"sft.index\"() {{dim = {dim} : i64}} : () -> index",
-                          f"{k} = arith.index_cast {i} : index to i64",
-                          f"{name} = arith.sitofp {k} : i64 to {t}"]
-            unary = op in ("negf", "absf", "exp", "tanh")
-            node.reads_input = op not in ("const", "index") and (a.reads_input or (not unary and b.reads_input))
-            nodes.append(node)
-        return lines, nodes[-1]
-
-    def region(self, args: list[Node], lines: list[str], result: Node) -> str:
-        head = "^bb0(" + ", ".join(f"{a.name}: {self.dtype}" for a in args) + "):\n" if args else ""
-        inner = "".join(f"    {l}\n" for l in lines)
-        return f"({{\n{head}{inner}    gpu.yield {result.name} : {self.dtype}\n  }})"
+    # -- operands ---------------------------------------------------------------------------
 
     def read(self, v: Value, exprs, domain, stem="a") -> Node:
         """A block argument reading `v` through `exprs` over the domain."""

@@ -87,11 +87,11 @@ def dispatch_row(name: str, rounds: int = 3) -> dict:
                 done["flops"] += d.flops
                 done["bytes"] += d.bytes
                 done["bound_s"] += roofline(d.flops, d.bytes, target.desc, 1)
+    work = {k: w for k, w in work.items() if k in kernels}  # kernels that were timed
     totals = {v: sum(k.get(v) or 0.0 for k in kernels.values()) for v in variants}
-    bounds = {v: sum(w[v]["bound_s"] for k, w in work.items() if k in kernels and v in w) for v in variants}
-    return {"model": name, "kernels": dict(kernels), "total_s": totals,
-            "work": {k: w for k, w in work.items() if k in kernels}, "bound_s": bounds,
-            "peaks": peaks(target.desc)}
+    bounds = {v: sum(w[v]["bound_s"] for w in work.values() if v in w) for v in variants}
+    return {"model": name, "kernels": dict(kernels), "total_s": totals, "work": work,
+            "bound_s": bounds, "peaks": peaks(target.desc)}
 
 
 def _us(seconds) -> str:
