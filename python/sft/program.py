@@ -17,7 +17,7 @@ from .passes import LowerPass, RaisePass, VerifyPass
 from .decisions.kind import IREE, SFT
 from .passes.apply_plan import DropOpIdsPass
 from .plan import Plan
-from .values import NP_TYPES, Signature, to_numpy
+from .values import NP_TYPES, Signature, aliases, to_numpy
 
 
 def to_sft(linalg_text: str, filename: str = "<input>"):
@@ -160,6 +160,13 @@ class Program:
         inputs = [rng.standard_normal(shape).astype(dtype) if np.issubdtype(dtype, np.floating)
                   else np.zeros(shape, dtype) for shape, dtype in self.signature.inputs]
         return [*self.state.values(), *inputs]
+
+    def timing_layout(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(keep, resident) to time the program as the compiled object calls it
+        (`backend.timing.loaded_call`): the results that are new state stay on the device; the
+        state and the donated arguments are uploaded once."""
+        carried = aliases(self.signature)
+        return tuple(carried.values()), tuple(sorted({*range(len(self.state)), *carried}))
 
 
 def prepare(model, example_inputs=(), donate_argnums=()) -> tuple[Program, object]:

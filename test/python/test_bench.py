@@ -120,3 +120,28 @@ def test_plans_are_written_and_compared(tmp_path, capsys):
     out.write_text("not json")
     assert bench.main(["plans", "mlp", "--compare", str(out)]) == 1
     assert "not a file `sft-bench plans --json` wrote" in capsys.readouterr().err
+
+
+def test_program_quality_times_every_option_set_and_stores_the_trust(tmp_path, monkeypatch, capsys):
+    """sft-bench quality --programs: every ranked option set of a program and IREE's default,
+    compiled and timed whole; --store puts the measured errors where the host target reads them."""
+    from sft.cost.trust import KINDS
+    from sft.targets.host import host
+
+    monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path))
+    out = tmp_path / "programs.json"
+    assert bench.main(["quality", "--programs", "linear", "--rounds", "3", "--calls", "2",
+                       "--store", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "linear" in printed and "pairwise" in printed and "trust factors stored" in printed
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["measured_s"]["iree-default"] > 0
+    assert len(row["measured_s"]) + len(row["failed"]) >= 8  # the option sets of a CPU target
+    assert row["regret"] >= 1.0 and row["pick"] in row["measured_s"]
+    trust = host().trust
+    assert "linear" in trust.source
+    factors = dict(trust.factors)
+    stored = json.loads(out.read_text())["summary"]["trust_factors"]
+    assert stored and all(factors[k] == v >= 1.03 for k, v in stored.items()) and set(stored) <= set(KINDS)
+    with pytest.raises(SystemExit):
+        bench.main(["speed", "linear", "--store"])

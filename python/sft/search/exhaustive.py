@@ -59,6 +59,7 @@ class SearchReport:
     chains: list = field(default_factory=list)  # OrderChoice per chain of contractions
     expand: tuple[int, ...] = ()       # contractions run over their expanded batch
     rewrites: dict = field(default_factory=dict)  # predicted seconds with and without expansion
+    default_predicted: float = math.inf  # IREE's default plan (its options, configs): predicted
 
     @property
     def orders(self) -> tuple:
@@ -77,6 +78,7 @@ class SearchReport:
         """Fold in the searches of the program with and without batch expansion (`searched`:
         expanded op ids -> report; this report is one of them)."""
         self.expand = next(e for e, r in searched.items() if r is self)
+        self.default_predicted = searched[()].default_predicted  # IREE's, on the program as written
         self.rewrites = {("expanded " + str(list(e)) if e else "as written"): r.ranked[0].predicted
                          for e, r in searched.items()}
         self.scored = sum(r.scored for r in searched.values())
@@ -109,6 +111,7 @@ class SearchReport:
             "measured_s": self.measured,
             "chains": [c.to_dict() for c in self.chains],
             "expand": list(self.expand), "rewrites_predicted_s": self.rewrites,
+            "default_predicted_s": _finite(self.default_predicted),
         }
 
     def to_text(self) -> str:
@@ -256,6 +259,9 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
         rest = rests[key]
         total = kernel_time + rest + overheads(o, profile.dispatch_count, desc)
         report.ranked.append(OptionChoice(o, total, tuple(choices)))
+        if o == ModuleOptions():  # what the trust gate holds every pick against
+            report.default_predicted = (sum(c.default_prediction() for c in by_cores[cores])
+                                        + rest + overheads(o, profile.dispatch_count, desc))
     report.ranked.sort(key=lambda o: o.predicted)
     tiled = sum(o.keeps_tiles for o in options)
     report.space_size_log10 = math.log10(

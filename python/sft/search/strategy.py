@@ -21,6 +21,7 @@ from tqdm import tqdm
 from ..backend import compile_module, profile
 from ..backend.iree import Artifact
 from ..backend.runtime import check_driver
+from ..cost.trust import decision_kinds
 from ..errors import SftError
 from ..measure import SEARCH_REVISION, verify
 from ..passes.expand_batch import ExpandBatchPass, expandable
@@ -33,7 +34,6 @@ from ..space.kernels import contraction_kernels
 from ..space.options import FORMATION_FLAGS, IM2COL
 from ..targets import Target
 from ..tuning_db import TuningDB
-from ..values import aliases
 from .candidates import plan_of
 from .chains import choose_orders, plan_orders
 from .exhaustive import SearchReport, search_program
@@ -144,21 +144,43 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         expand = ()
     report = reports[expand]
     report.add_alternatives(reports)
-    best = report.ranked[0]
-    tiles, low = (), ()
-    if best.options.keeps_tiles:
-        low = tuple((c.kernel.op_id, c.precision) for c in best.kernels if c.precision != "f32")
-        # Tiles name ops after sft-low-precision inserted its casts (one per input cast)
-        inserted = {op: len(casts[expand][op]) for op, _ in low}
-        tiles = tuple((renumber(c.kernel.op_id, inserted), c.space.config(c.best))
-                      for c in best.kernels if c.best != 0)
-    plan = plan_of(report, best.options, tiles, low)
+    # The model is believed only as far as it was measured right (`Target.trust`): each option
+    # set's plan is scored at its predicted time scaled by its kinds' trust factors, IREE's
+    # default at its own prediction, and the best of those scores is taken.
+    plans = [(option, option_plan(report, option, casts[expand])) for option in report.ranked]
+    score = lambda pair: target.trust.pessimistic(pair[1], pair[0].predicted)  # noqa: E731
+    best, plan = min(plans, key=score)
+    if score((best, plan)) >= report.default_predicted and plan != Plan():
+        report.chosen = _distrusted(report, best, plan, target)
+        return Plan(), report
     # every decision in words (low precision is never silent: the numbers change)
     words = [best.options.describe(), *plan.describe()]
     if not target.model_times:
         words.insert(1, "IREE's kernel configs (the cost model has no timings for this device)")
     report.chosen = "; ".join(words)
     return plan, report
+
+
+def option_plan(report: SearchReport, option, casts: dict | None = None) -> Plan:
+    """The plan of one ranked option set: its options, the report's rewrites, and where the
+    options keep tiles, each kernel's best config and low-precision choice."""
+    tiles, low = (), ()
+    if option.options.keeps_tiles:
+        low = tuple((c.kernel.op_id, c.precision) for c in option.kernels if c.precision != "f32")
+        # Tiles name ops after sft-low-precision inserted its casts (one per input cast)
+        inserted = {op: len((casts or {})[op]) for op, _ in low}
+        tiles = tuple((renumber(c.kernel.op_id, inserted), c.space.config(c.best))
+                      for c in option.kernels if c.best != 0)
+    return plan_of(report, option.options, tiles, low)
+
+
+def _distrusted(report: SearchReport, best, plan: Plan, target: Target) -> str:
+    """The report's words for keeping IREE's default over the model's best plan."""
+    gain = report.default_predicted / best.predicted if best.predicted > 0 else float("inf")
+    return (f"iree-default: the model's pick ({best.options.describe()}, deciding "
+            f"{'+'.join(decision_kinds(plan))}) predicts {gain:.2f}x, short of the "
+            f"{target.trust.required(plan):.2f}x those decisions need on this host "
+            f"(trust {target.trust.source})")
 
 
 def _db_key(target: Target, precision: str) -> str:
@@ -189,14 +211,11 @@ def searched_plan(program: Program, target: Target, search: str,
     plan, report = search_plan(program.sft_text, target, precision)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
-            # timed as the compiled object is called: the state and the donated arguments on
-            # the device, their new values left there
-            carried = aliases(program.signature)
-            resident = tuple(sorted({*range(len(program.state)), *carried}))
+            keep, resident = program.timing_layout()
             text_of = lambda p: program.linalg if p.as_imported else lower(program.module(), p)[1]  # noqa: E731
             plan = verify(report, text_of, target,
                           program.timing_inputs(), db, progress=bar.update,
-                          keep=tuple(carried.values()), resident=resident)
+                          keep=keep, resident=resident)
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
 

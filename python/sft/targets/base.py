@@ -17,6 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from ..cost.hardware import TargetDesc
+from ..cost.trust import Trust
 from ..space.kernels import Kernel
 from ..space.options import ModuleOptions
 
@@ -61,6 +62,9 @@ class Target:
     # False where the cost model's timings mean nothing (a software GPU): its kernel space still
     # serves the fuzzer and gpu-check, but the search keeps IREE's configs (`searched_codegen`)
     model_times: bool = True
+    # how far the model's whole-program predictions are believed over IREE's default, per kind
+    # of decision (measured on the host by `sft-bench quality --programs --store`)
+    trust: Trust = Trust()
 
     @property
     def searched_codegen(self) -> Codegen | None:
@@ -86,10 +90,11 @@ class Target:
 
     def key(self, revision: int) -> str:
         """The target part of a tuning-database key: its name, flags, hardware numbers, kernel
-        codegen and option sets, and the revision of the space and cost model (a new revision
-        searches again)."""
+        codegen, option sets and trust factors, and the revision of the space and cost model (a
+        new revision searches again)."""
         # The codegen's repr holds its hardware numbers (ISA, or the GPU's limits and peaks).
-        text = f"{revision}|{self.compile_key()}|{self.desc.to_json()}|{self.codegen!r}|{self.options}"
+        text = (f"{revision}|{self.compile_key()}|{self.desc.to_json()}|{self.codegen!r}|{self.options}"
+                f"|{self.trust.factors}")
         return f"{self.name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 

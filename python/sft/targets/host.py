@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..cost.hardware import CpuModelParams, TargetDesc
 from ..cost.host import cpu_signature, host_cores, host_isa, read_caches
+from ..cost.trust import Trust
 from ..paths import cache_dir, warn_once
 from ..space.options import SERIAL_DRIVER, cpu_option_space
 from .base import KEEP_F64, Target
@@ -92,6 +93,15 @@ def store_calibration(calibration: dict) -> None:
                                              indent=2, sort_keys=True))
 
 
+def store_trust(trust: dict) -> None:
+    """Write measured trust factors ({"factors": {kind: factor}, "source": ...}, `cost/trust.py`)
+    into this host's calibration, kept beside whatever sft-calibrate measured (or alone, where
+    it never ran: the model's numbers stay the detected ones)."""
+    Trust.from_stored(trust)  # refuses factors that do not read
+    found = this_host_calibration() or {"identity": calibration_identity()}
+    store_calibration({**found, "trust": trust})
+
+
 def apply_calibration(desc: TargetDesc, calibration: dict) -> TargetDesc:
     """`desc` with a stored calibration's measured fields and kernel model parameters."""
     cpu = dataclasses.replace(desc.cpu, **calibration.get("cpu", {}))
@@ -132,24 +142,32 @@ def calibrated_description(found: dict | None = None) -> TargetDesc:
 
 def calibration_state() -> str:
     """"calibrated" where this host's calibration is stored, else what the model runs on."""
-    return "calibrated" if this_host_calibration() is not None else "detected defaults (never calibrated)"
+    found = this_host_calibration() or {}
+    return "calibrated" if "desc" in found else "detected defaults (never calibrated)"
 
 
 def host() -> Target:
     """The host target, with this host's calibration where `sft-calibrate` stored one; where it
     never ran, the detected description, and tile configs must predict a clear gain
-    (`UNCALIBRATED_MARGIN`) to replace IREE's own."""
+    (`UNCALIBRATED_MARGIN`) to replace IREE's own. Its trust factors (`cost/trust.py`) are the
+    ones `sft-bench quality --programs --store` measured on this host, else `UNMEASURED`."""
     cpu = cpu_model()
     found = this_host_calibration()
     desc = calibrated_description(found)
     margin = 0.0 if desc != detected_description() else UNCALIBRATED_MARGIN
+    try:
+        trust = Trust.from_stored((found or {}).get("trust"))
+    except (TypeError, AttributeError, ValueError) as err:
+        warn_once(f"trust:{calibration_file()}",
+                  f"{calibration_file()}: trust factors ignored, not valid ({err})")
+        trust = Trust()
     return Target(
         name="host", about=f"this machine's CPU ({host_isa().name}, llvm-cpu, CPU model {cpu})",
         flags=("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
                f"--iree-llvmcpu-target-cpu={cpu}", KEEP_F64),
         driver="local-task", desc=desc, codegen=CpuCodegen(host_isa(), margin),
         options=tuple(cpu_option_space()), kernel_driver=SERIAL_DRIVER,
-        machine=f"cpu {cpu_signature()}" if cpu == "host" else "")
+        machine=f"cpu {cpu_signature()}" if cpu == "host" else "", trust=trust)
 
 
 TARGETS = {"host": host}

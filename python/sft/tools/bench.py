@@ -4,7 +4,10 @@
                      same torch-mlir import, and sft with search="model" and search="verify";
                      each variant times in a process of its own, taking turns (medians of rounds)
   sft-bench quality  the cost model against measurement on sampled tile candidates of the
-                     models' contraction kernels: Spearman, pairwise accuracy, top-1/5 recall
+                     models' contraction kernels: Spearman, pairwise accuracy, top-1/5 recall;
+                     with --programs, on whole programs: every option set the search ranks and
+                     IREE's default, compiled and timed whole (models and training steps), and
+                     --store keeps the measured error per kind of decision for the trust gate
   sft-bench train    ms per training step (forward, loss, backward, optimizer) under eager,
                      torch.compile, IREE's default on the same joint graph, sft model and verify
   sft-bench compile  compile time, peak memory and IR size of IREE's path and of sft.compile
@@ -226,20 +229,32 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--kernels", type=int, default=16, help="kernels to sample (quality)")
     p.add_argument("--candidates", type=int, default=20, help="candidates per kernel (quality)")
     p.add_argument("--seed", type=int, default=0, help="candidate sampling seed (quality)")
+    p.add_argument("--programs", action="store_true",
+                   help="quality: whole programs (option sets) instead of kernels (tiles)")
+    p.add_argument("--store", action="store_true",
+                   help="quality --programs: store the measured trust factors for this host")
     p.add_argument("--targets", default="host", help="comma-separated targets (plans)")
     p.add_argument("--compare", metavar="JSON", help="plans: a file an earlier run wrote with --json")
     p.add_argument("--json", metavar="FILE", help="write every number as JSON")
     p.add_argument("--plot", metavar="PNG", help="quality: draw predicted vs measured; dispatches: "
                                                  "the roofline with every kernel on it")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)  # models may follow the options
     from .bench_train import TRAIN_SUITE
 
-    known = {"train": TRAIN_SUITE, "dispatches": {**BENCH_SUITE, **LARGE_SUITE, **TRAIN_SUITE}
-             }.get(args.mode, {**BENCH_SUITE, **LARGE_SUITE})
+    if args.programs and args.mode != "quality":
+        p.error("--programs goes with quality")
+    if args.store and not args.programs:
+        p.error("--store goes with quality --programs")
+    whole = args.mode == "dispatches" or (args.mode == "quality" and args.programs)
+    known = {**BENCH_SUITE, **LARGE_SUITE, **TRAIN_SUITE} if whole else \
+        {"train": TRAIN_SUITE}.get(args.mode, {**BENCH_SUITE, **LARGE_SUITE})
     unknown = [m for m in args.models if m not in known]
     if unknown:
         p.error(f"unknown model(s) {unknown}; known: {', '.join(known)}")
+    from .bench_quality_programs import DEFAULT_PROGRAMS, program_quality
+
     default = {"compile": LARGE_SUITE, "train": TRAIN_SUITE}.get(args.mode, BENCH_SUITE)
+    default = DEFAULT_PROGRAMS if args.mode == "quality" and args.programs else default
     models = args.models or list(default)
     if args.mode == "train":
         from .bench_train import train
@@ -267,6 +282,8 @@ def _main(argv: list[str] | None) -> int:
         result = plans(models, targets, args.compare)
     elif args.mode == "speed":
         result = speed(models, args.rounds, args.calls, not args.no_torch_compile)
+    elif args.programs:
+        result = program_quality(models, max(3, args.rounds // 2), min(args.calls, 20), args.store)
     else:
         result = quality(models, args.kernels, args.candidates, max(3, args.rounds // 2), args.seed)
         if args.plot:

@@ -1,0 +1,80 @@
+"""How far the cost model's whole-program predictions are trusted on a host: the search takes a
+plan over IREE's default only where the model predicts it faster by more than the model's own
+measured error on that kind of decision.
+
+A plan departs from IREE's default in kinds of decision (`decision_kinds`): the driver
+(local-sync instead of the parallel executor), dispatch formation (aggressive fusion, data
+tiling, im2col), micro-kernels, kernel tiles, graph rewrites. Each kind has a factor: the
+predicted speed-up over IREE's default a plan needs before it is believed. The factors are
+measured by `sft-bench quality --programs --store` (per kind, the worst of measured over
+predicted time, relative to IREE's default, over every option set of held-out programs) and
+stored with the host's calibration; where never measured, `UNMEASURED` holds them high. The
+driver is where predictions went most wrong before: one executor number calibrated on one small
+matmul sent a 2-core Zen 4 host's programs to one thread (0.78x IREE's default, geomean).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..space.options import FORMATION_FLAGS, UKERNELS
+
+KINDS = ("driver", "formation", "ukernels", "tiles", "rewrites")
+# Before measurement: a kind of decision whose errors were seen large (the driver, formation:
+# up to 1.9x on one program) must predict a large gain; tiles already pass a per-kernel margin
+# (targets/cpu.py UNCALIBRATED_MARGIN) and rewrites one of their own (strategy REWRITE_MARGIN).
+UNMEASURED = {"driver": 1.30, "formation": 1.20, "ukernels": 1.20, "tiles": 1.05, "rewrites": 1.03}
+NOISE = 1.03  # a measured factor is never below the run-to-run noise of a program's time
+
+
+def decision_kinds(plan) -> tuple[str, ...]:
+    """The kinds of decision in which `plan` departs from IREE's default (an empty plan: none)."""
+    found = {
+        "driver": bool(plan.driver),
+        "formation": any(f in FORMATION_FLAGS for f in plan.flags),
+        "ukernels": UKERNELS in plan.flags,
+        "tiles": bool(plan.tiles or plan.low_precision),
+        "rewrites": bool(plan.expand or plan.orders),
+    }
+    return tuple(k for k in KINDS if found[k])
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Per kind of decision, the predicted speed-up over IREE's default a plan must show."""
+
+    factors: tuple[tuple[str, float], ...] = tuple(UNMEASURED.items())
+    source: str = "not measured on this host (sft-bench quality --programs --store measures it)"
+
+    @classmethod
+    def from_stored(cls, stored: dict | None) -> "Trust":
+        """The trust a calibration stored ({"factors": {kind: factor}, "source": ...}); kinds it
+        has no measurement of keep `UNMEASURED`. None or {}: all unmeasured."""
+        if not stored:
+            return cls()
+        measured = {k: float(v) for k, v in stored.get("factors", {}).items() if k in KINDS}
+        if any(not math.isfinite(v) or v < 1.0 for v in measured.values()):
+            raise ValueError(f"trust factors must be finite and >= 1, not {measured}")
+        return cls(tuple({**UNMEASURED, **measured}.items()), str(stored.get("source", "measured")))
+
+    def required(self, plan) -> float:
+        """The predicted speed-up over IREE's default that `plan` needs (1.0: IREE's default)."""
+        factors = dict(self.factors)
+        return max((factors[k] for k in decision_kinds(plan)), default=1.0)
+
+    def pessimistic(self, plan, predicted: float) -> float:
+        """`predicted` seconds as far as they are trusted: scaled by the kinds' factors."""
+        return predicted * self.required(plan)
+
+
+def measured_factors(samples: list[tuple[tuple[str, ...], float]]) -> dict[str, float]:
+    """Per kind, the factor the samples measured. A sample is (decision kinds of a plan,
+    error): its measured time over IREE default's measured time, divided by the same ratio of
+    predictions (above 1: slower than the model said). Each kind takes the worst error of the
+    plans that have it, never below `NOISE`; kinds no sample has are left out."""
+    worst: dict[str, float] = {}
+    for kinds, error in samples:
+        for kind in kinds:
+            worst[kind] = max(worst.get(kind, NOISE), error)
+    return worst

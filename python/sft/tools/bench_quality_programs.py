@@ -1,0 +1,150 @@
+"""sft-bench quality --programs: the cost model against measurement on whole programs.
+
+Per program (a suite model or a training step), every option set the search ranks (driver x
+flags x fusion, each with the kernel tiles the model picks under it) and IREE's default are
+compiled whole and timed side by side, as the compiled object calls them (interleaved rounds,
+one process per variant, medians). Scored: pairwise accuracy of the predicted order, the regret
+of the model's raw pick, and the search's actual choice (after the trust gate, cost/trust.py)
+against IREE's default. Each option set's error relative to IREE's default (measured ratio over
+predicted ratio) is what the trust gate needs: `--store` writes the worst error per kind of
+decision into this host's calibration, and searches from then on hold picks to it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+# A handful of programs of every kind the search meets: inference (MLP, attention, a block)
+# and training steps (torch and JAX). None of them is in the calibration's fit.
+DEFAULT_PROGRAMS = ("mlp", "transformer_layer", "gpt2_block", "mlp_b32", "jax_mlp_b32")
+NOISE = 0.03  # measured times closer than this are not ordered (identical modules vary so much)
+
+
+def program_of(name: str):
+    """The prepared `Program` of a suite model or training step (sft-bench train's names)."""
+    from ..models import BENCH_SUITE, LARGE_SUITE
+    from ..program import prepare, program_from
+    from .bench_train import JAX_TRAIN_SUITE, TORCH_TRAIN_SUITE
+
+    if name in JAX_TRAIN_SUITE:
+        from .bench_train_jax import step_of
+
+        step, args = step_of(JAX_TRAIN_SUITE[name])
+        return prepare(step, args, donate_argnums=(0, 1))[0]
+    if name in TORCH_TRAIN_SUITE:
+        from ..importers.torch_train import trace_train_step
+
+        case = TORCH_TRAIN_SUITE[name]
+        model = case.build()
+        graph = trace_train_step(model, case.loss, case.optimizer(model.parameters()), case.batch())
+        return program_from(graph.linalg, f"{name}.train_step", graph.signature, graph.state)[0]
+    case = {**BENCH_SUITE, **LARGE_SUITE}[name]
+    return prepare(case.build(), case.inputs())[0]
+
+
+def pairwise(predicted: list[float], measured: list[float]) -> tuple[int, int]:
+    """(pairs ordered as measured, pairs) among variants whose times differ beyond `NOISE`."""
+    good = total = 0
+    for i, j in itertools.combinations(range(len(measured)), 2):
+        if abs(measured[i] - measured[j]) <= NOISE * min(measured[i], measured[j]):
+            continue
+        total += 1
+        good += (predicted[i] < predicted[j]) == (measured[i] < measured[j])
+    return good, total
+
+
+def program_row(name: str, rounds: int, calls: int) -> dict:
+    """Every ranked option set of one program and IREE's default: predicted and measured."""
+    from ..backend import compile_module
+    from ..backend.timing import loaded_call, time_variants
+    from ..cost.trust import decision_kinds
+    from ..errors import SftError
+    from ..plan import Plan
+    from ..program import lower
+    from ..search.strategy import option_plan, search_plan
+    from ..targets import get_target
+
+    target = get_target("host")
+    program = program_of(name)
+    chosen, report = search_plan(program.sft_text, target)
+    variants = {"iree-default": (Plan(), report.default_predicted)}
+    for option in report.ranked:
+        plan = option_plan(report, option)
+        if plan != Plan():  # IREE's default options with no tiles: the default itself
+            variants[option.options.describe()] = (plan, option.predicted)
+    keep, resident = program.timing_layout()
+    inputs, builders, failed = program.timing_inputs(), {}, []
+    for vname, (plan, _) in tqdm(variants.items(), desc=f"compile {name}", unit="plan", leave=False):
+        try:
+            artifact = compile_module(lower(program.module(), plan)[1], target, plan.flags)
+        except SftError:  # IREE refuses this option set on this program (aggressive fusion)
+            failed.append(vname)
+            continue
+        builders[vname] = (loaded_call, (artifact, plan.driver, inputs, keep, resident))
+    timings = time_variants(builders, rounds, calls)
+    measured = {k: t.seconds for k, t in timings.items() if t.seconds is not None}
+    failed += [k for k in builders if k not in measured]
+    if "iree-default" not in measured:
+        raise SftError(f"{name}: IREE's default plan could not be timed ({timings['iree-default'].error})")
+    names = list(measured)
+    predicted = [variants[n][1] for n in names]
+    seconds = [measured[n] for n in names]
+    raw_pick = names[int(np.argmin(predicted))]
+    pick = next((n for n in names if variants[n][0] == chosen), None)
+    default_p, default_m = report.default_predicted, measured["iree-default"]
+    errors = [(decision_kinds(variants[n][0]), (measured[n] / default_m) / (variants[n][1] / default_p))
+              for n in names if n != "iree-default"]
+    good, total = pairwise(predicted, seconds)
+    return {"program": name, "predicted_s": dict(zip(names, predicted)), "measured_s": measured,
+            "failed": failed, "pairs": [good, total], "raw_pick": raw_pick, "pick": pick,
+            "chosen": report.chosen, "regret": measured[raw_pick] / min(seconds),
+            "raw_pick_over_default": measured[raw_pick] / default_m,
+            "pick_over_default": (measured[pick] / default_m) if pick else float("nan"),
+            "errors": errors}
+
+
+def program_quality(models: list[str], rounds: int, calls: int, store: bool = False) -> dict:
+    """`program_row` of each model, the summary, and with `store` the measured trust factors
+    written into this host's calibration."""
+    from ..cost.trust import measured_factors
+    from ..targets import get_target
+    from ..targets.host import calibration_state, store_trust
+
+    target = get_target("host")
+    print(f"host {target.desc.name} ({target.about}); model: {calibration_state()}; "
+          f"trust: {target.trust.source}")
+    print(f"{'program':<20}{'plans':>6}{'pairs':>9}{'regret':>8}{'raw pick/iree':>15}{'pick/iree':>11}  chosen")
+    rows = []
+    for name in models:
+        row = program_row(name, rounds, calls)
+        rows.append(row)
+        good, total = row["pairs"]
+        print(f"{name:<20}{len(row['measured_s']):>6}{f'{good}/{total}':>9}{row['regret']:>7.2f}x"
+              f"{row['raw_pick_over_default']:>14.2f}x{row['pick_over_default']:>10.2f}x  "
+              f"{row['chosen'][:70]}", flush=True)
+        for kinds, error in sorted(row["errors"], key=lambda e: -e[1])[:3]:
+            print(f"    worst: {'+'.join(kinds) or '-':<32} measured/predicted vs IREE {error:.2f}x")
+    good = sum(r["pairs"][0] for r in rows)
+    total = sum(r["pairs"][1] for r in rows)
+    geo = lambda xs: float(math.exp(np.mean(np.log(xs)))) if xs else float("nan")  # noqa: E731
+    picks = [r["pick_over_default"] for r in rows if math.isfinite(r["pick_over_default"])]
+    factors = measured_factors([e for r in rows for e in r["errors"]])
+    summary = {"pairwise": good / total if total else float("nan"),
+               "regret_geomean": geo([r["regret"] for r in rows]),
+               "regret_max": max((r["regret"] for r in rows), default=float("nan")),
+               "pick_over_default_geomean": geo(picks),
+               "pick_over_default_max": max(picks, default=float("nan")),
+               "model": calibration_state(), "trust_factors": factors}
+    print(", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()))
+    print("pick/iree: measured time of the search's choice (after the trust gate) over IREE's "
+          "default (below 1: faster); raw pick: the model's best predicted, ungated")
+    if store:
+        source = f"measured {time.strftime('%Y-%m-%d')} on {', '.join(models)}"
+        store_trust({"factors": factors, "source": source})
+        print(f"trust factors stored for this host ({source}): searches from now on use them")
+    return {"rows": rows, "summary": summary}

@@ -1,0 +1,75 @@
+"""The trust gate: the search keeps IREE's default unless the model's pick is predicted faster
+by more than the model's measured error on the pick's kinds of decision (cost/trust.py)."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+import sft
+from sft.cost.trust import KINDS, UNMEASURED, Trust, decision_kinds, measured_factors
+from sft.decisions import TileConfig
+from sft.program import prepare
+from sft.search.strategy import search_plan
+from sft.space.options import AGGRESSIVE_FUSION, SERIAL_DRIVER, UKERNELS
+from sft.targets import get_target
+
+
+def test_a_plan_departs_from_iree_in_the_kinds_it_sets():
+    assert decision_kinds(sft.Plan()) == ()
+    plan = sft.Plan(driver=SERIAL_DRIVER, flags=(AGGRESSIVE_FUSION, UKERNELS),
+                    tiles=((0, TileConfig((8, 8, 0), (8, 8, 0), (0, 0, 8))),), orders=((1, "(0,(1,2))"),))
+    assert decision_kinds(plan) == KINDS
+    assert decision_kinds(sft.Plan(flags=(UKERNELS,))) == ("ukernels",)
+
+
+def test_the_required_gain_is_the_largest_of_the_plan_kinds():
+    trust = Trust.from_stored({"factors": {"driver": 2.0, "tiles": 1.1}, "source": "test"})
+    assert trust.required(sft.Plan()) == 1.0
+    assert trust.required(sft.Plan(driver=SERIAL_DRIVER)) == 2.0
+    assert trust.required(sft.Plan(flags=(UKERNELS,))) == UNMEASURED["ukernels"]  # unmeasured
+    assert trust.pessimistic(sft.Plan(driver=SERIAL_DRIVER, flags=(UKERNELS,)), 1.5) == 3.0
+    assert Trust.from_stored(None) == Trust()
+    for bad in ({"factors": {"driver": 0.5}}, {"factors": {"tiles": float("nan")}}):
+        with pytest.raises(ValueError):
+            Trust.from_stored(bad)
+
+
+def test_measured_factors_take_each_kind_worst_error_above_noise():
+    samples = [(("driver",), 1.8), (("driver", "tiles"), 1.2), (("formation",), 0.7)]
+    assert measured_factors(samples) == {"driver": 1.8, "tiles": 1.2, "formation": 1.03}
+
+
+def test_the_search_keeps_iree_default_where_no_pick_is_trusted():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+    sft_text = prepare(model, (torch.randn(32, 64),))[0].sft_text
+    host = get_target("host")
+    believing = dataclasses.replace(host, trust=Trust(tuple((k, 1.0) for k in KINDS), "test"))
+    plan, report = search_plan(sft_text, believing)
+    best = report.ranked[0]
+    assert plan != sft.Plan() or best.predicted >= report.default_predicted
+    assert plan.flags == best.options.flags and plan.driver == best.options.driver
+    doubting = dataclasses.replace(host, trust=Trust(tuple((k, 1e6) for k in KINDS), "test"))
+    plan, report = search_plan(sft_text, doubting)
+    assert plan == sft.Plan()
+    assert report.chosen.startswith("iree-default: the model's pick") and "1000000.00x" in report.chosen
+    assert report.to_dict()["default_predicted_s"] == pytest.approx(report.default_predicted)
+
+
+def test_stored_trust_reaches_the_host_target_and_its_key(tmp_path, monkeypatch):
+    from sft.targets.host import calibration_file, calibration_state, host, store_trust
+
+    monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path))
+    before = host()
+    assert before.trust == Trust()
+    store_trust({"factors": {"driver": 1.7}, "source": "2 programs"})
+    after = host()
+    assert dict(after.trust.factors)["driver"] == 1.7 and after.trust.source == "2 programs"
+    assert after.key(1) != before.key(1)  # searched again: the gate changed
+    assert calibration_state().startswith("detected defaults")  # trust alone is no calibration
+    with pytest.raises(ValueError):
+        store_trust({"factors": {"driver": -1}})
+    data = json.loads(calibration_file().read_text())
+    assert [h["trust"]["factors"] for h in data["hosts"].values()] == [{"driver": 1.7}]
