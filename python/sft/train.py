@@ -186,7 +186,8 @@ def _home(model, name: str) -> tuple[dict, str]:
 
 def compile_train_step(model, loss_fn, optimizer, example_batch, target: Target | str = "host",
                        plan: Plan | None = None, search: str = "none",
-                       keep_ir: bool = False, max_grad_norm: float | None = None) -> TrainStep:
+                       keep_ir: bool = False, max_grad_norm: float | None = None,
+                       accumulation_steps: int = 1) -> TrainStep:
     """Compile one training step of a torch.nn.Module: `loss_fn(model(*inputs), target)`, its
     gradient, and `optimizer`'s update (torch.optim.SGD with momentum, dampening, weight decay,
     nesterov, maximize; Adam; AdamW; any number of parameter groups, each with its own
@@ -204,12 +205,17 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, target: Target 
 
     `max_grad_norm` clips the gradients to that global 2-norm inside the step, as
     `torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)` before
-    `optimizer.step()` does. `plan` and `search` ("none", "model", "verify") are those of
-    `sft.compile`; `plan=Plan()` is IREE's own compile of the step.
+    `optimizer.step()` does. `accumulation_steps=k` runs each batch as k micro-batches (every
+    tensor of it split along dim 0 as `torch.chunk(k)` splits it) and sums their gradients
+    before the one update, as `(loss_fn(model(x), y) / k).backward()` over the chunks, then
+    `optimizer.step()`, does; batch norm's running statistics advance once per micro-batch, and
+    the step returns the micro-batches' mean loss. `plan` and `search` ("none", "model",
+    "verify") are those of `sft.compile`; `plan=Plan()` is IREE's own compile of the step.
     """
     target = get_target(target)  # before the trace, which can take a while
     start = time.perf_counter()
-    graph = trace_train_step(model, loss_fn, optimizer, example_batch, max_grad_norm=max_grad_norm)
+    graph = trace_train_step(model, loss_fn, optimizer, example_batch, max_grad_norm=max_grad_norm,
+                             accumulation_steps=accumulation_steps)
     name = f"{type(model).__name__}.train_step"
     program, module = program_from(graph.linalg, name, graph.signature, graph.state,
                                    import_seconds=time.perf_counter() - start)

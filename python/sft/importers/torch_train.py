@@ -66,11 +66,13 @@ def optimizer_state(optimizer, update: Update, named: dict) -> tuple[dict, float
 
 
 def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = "main",
-                     max_grad_norm: float | None = None) -> TrainGraph:
+                     max_grad_norm: float | None = None, accumulation_steps: int = 1) -> TrainGraph:
     """Trace one training step of `model` (in the mode it is in) with `loss_fn(model(*inputs),
     target)` and `optimizer`'s rule, at `example_batch = (*inputs, target)`'s shapes, and lower
     it to linalg-on-tensors. `max_grad_norm`: the gradients are clipped to that global 2-norm
     first, as `torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)` clips them.
+    `accumulation_steps` k: the batch runs as k micro-batches (`torch.chunk` along dim 0), the
+    gradients of each micro-batch's loss / k summed before the one update (`accumulate`).
     The user's model and optimizer are not changed."""
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -89,6 +91,7 @@ def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = 
     optimizer_kind(optimizer)  # refused before the trace where it cannot be compiled
     if max_grad_norm is not None and not (isinstance(max_grad_norm, (int, float)) and max_grad_norm > 0):
         raise SftError(f"max_grad_norm must be a positive number, not {max_grad_norm!r}", name)
+    micro = micro_batch(batch, accumulation_steps, name)
     refuse_train_mode_dropout(model, name, "set p=0 or call .eval() on it")
     params = dict(model.named_parameters())
     ids = {id(p) for p in params.values()}
@@ -98,7 +101,10 @@ def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = 
     try:
         with warnings.catch_warnings(), sdpa_kernel(SDPBackend.MATH):
             warnings.simplefilter("ignore")
-            joint = _joint(model, loss_fn, batch, fx.get_decomposition_table(), name)
+            joint = _joint(model, loss_fn, micro, fx.get_decomposition_table(), name)
+            if joint.aux and accumulation_steps > 1:
+                raise SftError("a loss_fn returning (loss, *aux) is not supported with "
+                               "accumulation_steps > 1: return the loss alone", name)
             # torch.optim steps the parameters that it holds and that get a gradient; the others
             # (frozen, or unused by the loss) and the buffers are read, never updated, except
             # the buffers the forward updates (batch norm's running statistics).
@@ -120,7 +126,9 @@ def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = 
             mutated = [b for b in fixed if b in joint.mutated]
             # the trained parameters come back group by group, as the update visits them
             results = [*(k for g in update.groups for k in g.params), *mutated, *slots, "step"]
-            gm = make_fx(_step_function(joint, update, list(state), len(batch), results, max_grad_norm),
+            step_fn = _step_function(joint, update, list(state), len(batch), results, max_grad_norm,
+                                     accumulation_steps)
+            gm = make_fx(step_fn,
                          decomposition_table=fx.get_decomposition_table())(*state.values(), *batch, *hyper)
             refuse_random(gm.graph, name, "set dropout's p=0")
             text = stateless_import(gm.graph, gm, func_name)
@@ -134,38 +142,62 @@ def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = 
     return TrainGraph(text, signature, state, tuple(trained), tuple(fixed), update, len(batch))
 
 
+def micro_batch(batch: tuple, steps, name: str) -> tuple:
+    """The first of `steps` micro-batches of `batch` (each tensor chunked along dim 0), whose
+    shapes the joint graph is traced at; an SftError unless `steps` is a positive int that
+    divides every tensor's first dimension."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise SftError(f"accumulation_steps must be a positive int, not {steps!r}", name)
+    for i, x in enumerate(batch):
+        if steps > 1 and (x.dim() == 0 or x.shape[0] % steps):
+            raise SftError(f"accumulation_steps={steps} must divide example_batch[{i}]'s first "
+                           f"dimension, of shape {tuple(x.shape)}", name)
+    return tuple(x[:x.shape[0] // steps] for x in batch)
+
+
 def _step_function(joint, update: Update, state_names: list[str], batch_size: int,
-                   results: list[str], max_grad_norm: float | None):
+                   results: list[str], max_grad_norm: float | None, accumulation_steps: int = 1):
     """The step as a function of (*state, *batch, *hyper-parameters) -> (loss, *aux, *the new
-    value of each state tensor named in `results`): the joint graph, the gradients clipped
-    where asked, then the update of each group with its own hyper-parameters."""
+    value of each state tensor named in `results`): the joint graph on each micro-batch in
+    turn (the buffers it updates carried from one to the next), the gradients of loss / k
+    summed as k `backward()` calls accumulate them, clipped where asked, then the update of
+    each group with its own hyper-parameters. The loss returned is the micro-batches' mean."""
     import torch
 
     per_group = len(HYPER[update.kind])
+    micros = accumulation_steps
 
     def step_fn(*args):
         values = dict(zip(state_names, args))
         batch = args[len(state_names):len(state_names) + batch_size]
         hyper = args[len(state_names) + batch_size:]
-        outs = joint.gm(*[values[k] for k in joint.parameters], *[values[k] for k in joint.buffers],
-                        *batch)
-        by_name = dict(zip(joint.outputs, outs))
+        buffers = {b: values[b] for b in joint.buffers}
+        losses, grads = [], {}
+        for micro in zip(*(x.chunk(micros) for x in batch)):
+            outs = joint.gm(*[values[p] for p in joint.parameters], *buffers.values(), *micro)
+            by_name = dict(zip(joint.outputs, outs))
+            buffers.update({b: by_name[o] for b, o in joint.mutated.items()})
+            losses.append(by_name[joint.loss])
+            # a tied parameter's gradient is the sum of its uses'
+            for p, outs_of in joint.grads.items():
+                g = functools.reduce(operator.add, (by_name[o] for o in outs_of))
+                grads[p] = g if p not in grads else grads[p] + g
+        if micros > 1:
+            grads = {p: g / micros for p, g in grads.items()}
+        loss = functools.reduce(operator.add, losses) / micros if micros > 1 else losses[0]
         step = values["step"]
-        # a tied parameter's gradient is the sum of its uses'
-        grads = {k: functools.reduce(operator.add, (by_name[g] for g in outs_of))
-                 for k, outs_of in joint.grads.items()}
         if max_grad_norm is not None:  # torch.nn.utils.clip_grad_norm_'s arithmetic
             norms = torch.stack([torch.linalg.vector_norm(g, 2) for g in grads.values()])
             coef = torch.clamp(max_grad_norm / (torch.linalg.vector_norm(norms, 2) + 1e-6), max=1.0)
             grads = {k: g * coef for k, g in grads.items()}
-        new = {"step": step + 1, **{b: by_name[o] for b, o in joint.mutated.items()}}
+        new = {"step": step + 1, **{b: buffers[b] for b in joint.mutated}}
         for i, group in enumerate(update.groups):
             h = dict(zip(HYPER[update.kind], hyper[i * per_group:(i + 1) * per_group]))
             for k in group.params:
                 mine = {slot: values[f"{slot}.{k}"] for slot in update.slots(group)}
                 new[k], mine = apply_update(update, group, h, values[k], grads[k], mine, step)
                 new.update({f"{slot}.{k}": v for slot, v in mine.items()})
-        return (by_name[joint.loss], *[by_name[a] for a in joint.aux], *[new[k] for k in results])
+        return (loss, *[by_name[a] for a in joint.aux], *[new[n] for n in results])
 
     return step_fn
 
