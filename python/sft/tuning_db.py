@@ -200,3 +200,78 @@ class TuningDB:
             "SELECT plan, report FROM plans WHERE workload=? AND target=? AND compiler=? AND mode=?",
             (workload, target, COMPILER, mode)).fetchone(), None)
         return (row[0], row[1]) if row else None
+
+    # -- sharing between machines ---------------------------------------------------------------
+
+    def export_records(self) -> dict:
+        """Every measurement and plan, of every compiler version, as JSON-ready data (`sft db
+        export`): what a team or a cluster tunes once, for each machine of the same identity
+        (the target key holds it) to replay."""
+        def read(conn: sqlite3.Connection) -> dict:
+            return {table: [dict(zip(_COLUMNS[table], row))
+                            for row in conn.execute(f"SELECT {', '.join(_COLUMNS[table])} FROM {table}")]
+                    for table in _COLUMNS}
+        return {"format": EXPORT_FORMAT, "compiler": COMPILER, **self._run(read, {t: [] for t in _COLUMNS})}
+
+    def import_records(self, data: dict, source: str = "<records>") -> dict[str, int]:
+        """Merge what `export_records` wrote; returns counts of records "added", "replaced",
+        "kept" (this database's was better) and "stale" (another IREE version: never replayed,
+        left out). Where both have a record: for a measurement the faster measured wins (a
+        failure loses to any time); for a plan, the one whose chosen candidate measured faster
+        (verify's), else the newer. An SftError naming `source` where `data` is not an export."""
+        from .errors import SftError
+
+        if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
+            raise SftError("not a file `sft db export` wrote", source)
+        try:
+            incoming = {t: [tuple(r[c] for c in _COLUMNS[t]) for r in data.get(t, [])] for t in _COLUMNS}
+        except (TypeError, KeyError) as err:
+            raise SftError(f"a record lacks a field ({err})", source) from None
+        counts = {"added": 0, "replaced": 0, "kept": 0, "stale": 0}
+
+        def merge(conn: sqlite3.Connection) -> None:
+            with conn:
+                for table, rows in incoming.items():
+                    key = _COLUMNS[table][:4]
+                    for row in rows:
+                        if row[2] != COMPILER:
+                            counts["stale"] += 1
+                            continue
+                        where = " AND ".join(f"{c}=?" for c in key)
+                        old = conn.execute(f"SELECT {', '.join(_COLUMNS[table])} FROM {table} WHERE {where}",
+                                           row[:4]).fetchone()
+                        if old is not None and not _better(table, row, old):
+                            counts["kept"] += 1
+                            continue
+                        counts["replaced" if old else "added"] += 1
+                        conn.execute(f"INSERT OR REPLACE INTO {table} VALUES ({', '.join('?' * len(row))})", row)
+        self._run(merge, None)
+        return counts
+
+
+EXPORT_FORMAT = "sft-tuning-db-1"
+_COLUMNS = {"measurements": ("workload", "target", "compiler", "candidate", "predicted", "measured", "created"),
+            "plans": ("workload", "target", "compiler", "mode", "plan", "report", "created")}
+
+
+def _better(table: str, new: tuple, old: tuple) -> bool:
+    """Whether an imported record should replace the one held (same key)."""
+    if table == "measurements":
+        new_s, old_s = new[5], old[5]
+        return new_s is not None and (old_s is None or new_s < old_s)
+    new_s, old_s = _chosen_seconds(new[5]), _chosen_seconds(old[5])
+    if new_s is not None and old_s is not None:
+        return new_s < old_s
+    return (new[6] or 0.0) > (old[6] or 0.0)
+
+
+def _chosen_seconds(report_json: str) -> float | None:
+    """The measured seconds of the candidate a verify report chose, or None (a model search)."""
+    import json
+
+    try:
+        report = json.loads(report_json)
+        seconds = report["measured_s"][f"program {report['chosen']}"]
+        return float(seconds) if seconds is not None else None
+    except (ValueError, TypeError, KeyError):
+        return None

@@ -37,8 +37,12 @@ def test_the_required_gain_is_the_largest_of_the_plan_kinds():
 
 
 def test_measured_factors_take_each_kind_worst_error_above_noise():
-    samples = [(("driver",), 1.8), (("driver", "tiles"), 1.2), (("formation",), 0.7)]
-    assert measured_factors(samples) == {"driver": 1.8, "tiles": 1.2, "formation": 1.03}
+    samples = [(("driver",), 1.8), (("driver", "tiles"), 1.2), (("formation",), 0.7),
+               (("formation", "ukernels"), 1.5), (("formation", "tiles"), 2.5)]
+    # formation is measured alone (0.7: the noise floor), so the combinations' errors go to
+    # the kinds never measured alone: tiles 2.5, ukernels 1.5
+    assert measured_factors(samples) == {"driver": 1.8, "tiles": 2.5, "formation": 1.03,
+                                         "ukernels": 1.5}
 
 
 def test_the_search_keeps_iree_default_where_no_pick_is_trusted():

@@ -160,3 +160,42 @@ def test_a_searched_plan_replays_from_the_database():
     with torch.no_grad():
         expected = model(*inputs).numpy()
     np.testing.assert_allclose(second(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_export_and_import_merge_by_the_faster_measured(tmp_path, capsys):
+    """sft db export / import: a team tunes once. Where both databases hold a record, the
+    faster measurement wins (a failure loses to any time), a verify plan whose choice measured
+    faster wins, and records of another IREE version are left out."""
+    import json
+
+    from sft.tools.main import main as sft_main
+    from sft.tuning_db import COMPILER
+
+    ours, theirs = TuningDB(tmp_path / "ours.sqlite"), TuningDB(tmp_path / "theirs.sqlite")
+    ours.record_measurement("w", "t", "fast-here", 1.0, 1e-3)
+    theirs.record_measurement("w", "t", "fast-here", 1.0, 2e-3)   # slower: ours kept
+    ours.record_measurement("w", "t", "failed-here", 1.0, None)
+    theirs.record_measurement("w", "t", "failed-here", 1.0, 5e-3)  # a time beats a failure
+    theirs.record_measurement("w", "t", "new", 1.0, 4e-3)
+    report = lambda s: json.dumps({"chosen": "a", "measured_s": {"program a": s}})  # noqa: E731
+    ours.record_plan("w", "t", "verify", '{"driver": "x"}', report(3e-3))
+    theirs.record_plan("w", "t", "verify", '{"driver": "y"}', report(1e-3))  # faster: taken
+    for db in (ours, theirs):
+        db.close()
+    out = tmp_path / "theirs.json"
+    assert sft_main(["db", "export", str(out), "--db", str(tmp_path / "theirs.sqlite")]) == 0
+    data = json.loads(out.read_text())
+    data["measurements"].append({**data["measurements"][0], "compiler": "iree-0.0", "candidate": "old"})
+    out.write_text(json.dumps(data))
+    assert sft_main(["db", "import", str(out), "--db", str(tmp_path / "ours.sqlite")]) == 0
+    assert "1 added, 2 replaced, 1 kept, 1 stale" in capsys.readouterr().out
+    merged = TuningDB(tmp_path / "ours.sqlite")
+    assert merged.measurements("w", "t") == {"fast-here": 1e-3, "failed-here": 5e-3, "new": 4e-3}
+    assert merged.lookup_plan("w", "t", "verify")[0] == '{"driver": "y"}'
+    assert COMPILER != "iree-0.0"
+    out.write_text('{"format": "something else"}')
+    assert sft_main(["db", "import", str(out), "--db", str(tmp_path / "ours.sqlite")]) == 1
+    assert "not a file `sft db export` wrote" in capsys.readouterr().err
+    out.write_text("{")
+    assert sft_main(["db", "import", str(out)]) == 1
+    assert "not JSON" in capsys.readouterr().err

@@ -71,10 +71,14 @@ class Trust:
 def measured_factors(samples: list[tuple[tuple[str, ...], float]]) -> dict[str, float]:
     """Per kind, the factor the samples measured. A sample is (decision kinds of a plan,
     error): its measured time over IREE default's measured time, divided by the same ratio of
-    predictions (above 1: slower than the model said). Each kind takes the worst error of the
-    plans that have it, never below `NOISE`; kinds no sample has are left out."""
+    predictions (above 1: slower than the model said). A kind takes the worst error of the
+    plans that decide it alone, or where no plan does, of all the plans that decide it (an
+    error is not pinned on tiles that a plan's fusion caused); never below `NOISE`. Kinds no
+    sample has are left out."""
     worst: dict[str, float] = {}
+    alone = {kinds[0] for kinds, _ in samples if len(kinds) == 1}
     for kinds, error in samples:
         for kind in kinds:
-            worst[kind] = max(worst.get(kind, NOISE), error)
+            if kind not in alone or len(kinds) == 1:
+                worst[kind] = max(worst.get(kind, NOISE), error)
     return worst

@@ -22,6 +22,7 @@ COMMANDS = {
     "calibrate": ("calibrate", "measure this host's numbers for the cost model and store them"),
     "fuzz": ("fuzz", "differential fuzzing of sft against numpy"),
     "doctor": ("doctor", "check that each device is as fast as the cost model predicts"),
+    "db": ("db", "export the tuning database to a file, or merge one in (share tuning)"),
     "gpu-check": ("gpu_check", "compile the suite for a GPU here, time it where the GPU is"),
     "targets": (None, "list the targets sft compiles for"),
 }
