@@ -36,8 +36,10 @@ class TrainStep:
     `torch.no_grad()`; found by torch's version counters, so not an edit through `.data`) is
     uploaded before the step."""
 
-    def __init__(self, compiled: CompiledModel, graph: TrainGraph, model, optimizer):
+    def __init__(self, compiled: CompiledModel, graph: TrainGraph, model, optimizer,
+                 settings: dict | None = None):
         self.compiled = compiled
+        self._settings = settings or {}  # what compile_train_step was given, for `save`
         self._graph = graph
         self._model, self._optimizer = model, optimizer
         # where each tensor of the model the step mirrors is held: (its module's dict, key)
@@ -118,6 +120,18 @@ class TrainStep:
                     if update.kind == "adam":
                         st["step"] = torch.tensor(steps, dtype=torch.float32)
         self._seen = self._versions()
+
+    def save(self, path) -> None:
+        """Write a checkpoint that `sft.load_train_step(path, model, optimizer, loss_fn)` resumes
+        from: the state as torch's own `model.state_dict()` and `optimizer.state_dict()` (after
+        `sync()`, which this calls; `torch.load(path)["model"]` reads it without sft), the plan
+        (a load compiles with it: no search), and the step's settings and batch shapes."""
+        import torch
+
+        self.sync()
+        torch.save({"format": CHECKPOINT_FORMAT, "model": self._model.state_dict(),
+                    "optimizer": self._optimizer.state_dict(), "plan": self.plan.to_json(),
+                    "settings": self._settings}, path)
 
     def load_state_dict(self, state_dict) -> None:
         """New values for any of the step's state (model names, a tied parameter under any of
@@ -220,4 +234,40 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, target: Target 
     program, module = program_from(graph.linalg, name, graph.signature, graph.state,
                                    import_seconds=time.perf_counter() - start)
     compiled = compile_prepared(program, module, target, plan, search, keep_ir)
-    return TrainStep(compiled, graph, model, optimizer)
+    settings = {"target": target.name, "max_grad_norm": max_grad_norm,
+                "accumulation_steps": accumulation_steps,
+                "batch": [(tuple(x.shape), str(x.dtype).removeprefix("torch.")) for x in example_batch]}
+    return TrainStep(compiled, graph, model, optimizer, settings)
+
+
+CHECKPOINT_FORMAT = "sft-train-step-1"
+
+
+def load_train_step(path, model, optimizer, loss_fn, keep_ir: bool = False) -> TrainStep:
+    """The training step `TrainStep.save` wrote, resumed: `model` and `optimizer` (built as
+    they were for the saved step: same architecture, optimizer class and parameter groups)
+    take the saved state, and the step is traced again from them with `loss_fn` and compiled
+    with the saved plan and settings (no search). An SftError naming `path` where the file is
+    not such a checkpoint or the model's state does not fit it."""
+    import pickle
+
+    import torch
+
+    try:
+        saved = torch.load(path, weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as err:
+        raise SftError(f"not a checkpoint sft can read ({str(err).splitlines()[0][:120]})", str(path)) from None
+    if not isinstance(saved, dict) or saved.get("format") != CHECKPOINT_FORMAT:
+        raise SftError("not a file TrainStep.save wrote", str(path))
+    try:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as err:
+        raise SftError(f"the model or optimizer does not fit the checkpoint: "
+                       f"{str(err).splitlines()[0][:160]}", str(path)) from None
+    settings = saved["settings"]
+    batch = tuple(torch.zeros(shape, dtype=getattr(torch, dtype)) for shape, dtype in settings["batch"])
+    return compile_train_step(model, loss_fn, optimizer, batch, settings["target"],
+                              Plan.from_json(saved["plan"], str(path)), keep_ir=keep_ir,
+                              max_grad_norm=settings["max_grad_norm"],
+                              accumulation_steps=settings["accumulation_steps"])

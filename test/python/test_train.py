@@ -456,3 +456,38 @@ def test_gradient_accumulation_matches_the_micro_batch_loop(make_model):
                        (0, "accumulation_steps must be a positive int")]:
         with pytest.raises(sft.SftError, match=match):
             sft.compile_train_step(model, F.cross_entropy, opt, batch, accumulation_steps=bad)
+
+
+def test_a_saved_step_resumes_where_it_stopped(tmp_path):
+    """step.save / sft.load_train_step: the checkpoint is torch's own state dicts and the plan;
+    a fresh model and optimizer resume from it, and the two runs (through a save and without)
+    end in the same state as eager's."""
+    torch.manual_seed(0)
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    opt, ref_opt = ADAMW(model.parameters()), ADAMW(ref.parameters())
+    step = sft.compile_train_step(model, F.cross_entropy, opt, MLP_BATCH, max_grad_norm=1.0)
+    batches = _batches(MLP_BATCH, 10, n=4)
+    for batch in batches[:2]:
+        step(*batch)
+    path = tmp_path / "step.pt"
+    step.save(path)
+    assert set(torch.load(path)["model"]) == set(model.state_dict())  # readable without sft
+    fresh = _mlp()
+    fresh_opt = ADAMW(fresh.parameters())
+    resumed = sft.load_train_step(path, fresh, fresh_opt, F.cross_entropy)
+    assert resumed.plan == step.plan and resumed.steps == 2
+    for batch in batches[2:]:
+        resumed(*batch)
+    for batch in batches:
+        F.cross_entropy(ref(batch[0]), batch[1]).backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+        ref_opt.step()
+        ref_opt.zero_grad()
+    _close(resumed.state_dict(), ref.state_dict())
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(sft.SftError, match="junk.pt.*not a checkpoint sft can read"):
+        sft.load_train_step(tmp_path / "junk.pt", fresh, fresh_opt, F.cross_entropy)
+    wrong = MLP((32, 48, 10))
+    with pytest.raises(sft.SftError, match="does not fit the checkpoint"):
+        sft.load_train_step(path, wrong, ADAMW(wrong.parameters()), F.cross_entropy)
