@@ -55,6 +55,8 @@ class TrainStep:
     def __call__(self, *batch):
         """One training step on `batch = (*inputs, target)`; returns the loss (0-d, of the kind
         the batch is: torch, numpy)."""
+        import torch
+
         if len(batch) != self._graph.batch_size:
             raise SftError(f"expected a batch of {self._graph.batch_size} tensors (*inputs, "
                            f"target), got {len(batch)}")
@@ -63,7 +65,9 @@ class TrainStep:
                            "since the step was compiled (both are compiled in); compile the step again")
         self._upload_changes()
         hyper = self._graph.update.hyper_inputs(self._optimizer, self._count + 1)
-        loss = self.compiled(*batch, *hyper)
+        # the dropout seed, from torch's generator (torch.manual_seed repeats a run)
+        seed = (torch.randint(0, 1 << 31, (), dtype=torch.int64),) if self._graph.seeded else ()
+        loss = self.compiled(*batch, *hyper, *seed)
         self._count += 1
         self._optimizer._opt_called = True  # as optimizer.step() marks it for lr schedulers
         return loss
@@ -208,8 +212,10 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, target: Target 
     settings), at the shapes of `example_batch = (*inputs, target)`.
 
     The model is traced in the mode it is in (call `model.train()` first for batch norm's batch
-    statistics; its running statistics are then state the step updates). Train-mode dropout is
-    refused: a compiled step cannot draw random numbers. Hyper-parameters are inputs of the
+    statistics; its running statistics are then state the step updates). Train-mode
+    `nn.Dropout` masks through a counter-based generator (`importers/dropout.py`) seeded from
+    torch's generator at each call: repeatable under `torch.manual_seed`, the same keep rate as
+    eager's, not eager's masks; other dropout kinds in train mode are refused. Hyper-parameters are inputs of the
     step, read from the optimizer's `param_groups` at every call (schedulers work); what
     changes the form of the update (momentum on or off, nesterov, maximize) is compiled in, and
     a call after it changed is refused. An optimizer sft cannot prove it compiles (a subclass

@@ -189,13 +189,6 @@ def test_unsupported_optimizers_are_refused(make, match):
         sft.compile_train_step(model, F.cross_entropy, make(model), MLP_BATCH)
 
 
-def test_train_mode_dropout_is_refused():
-    model = torch.nn.Sequential(torch.nn.Linear(32, 10), torch.nn.Dropout(0.1)).train()
-    with pytest.raises(sft.SftError, match="Dropout.*train mode"):
-        sft.compile_train_step(model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.1),
-                               MLP_BATCH)
-
-
 def _run(step, opt, sched, batches):
     """Compiled steps with `sched.step()` after each, as a training loop calls them."""
     for b in batches:
@@ -491,3 +484,54 @@ def test_a_saved_step_resumes_where_it_stopped(tmp_path):
     wrong = MLP((32, 48, 10))
     with pytest.raises(sft.SftError, match="does not fit the checkpoint"):
         sft.load_train_step(path, wrong, ADAMW(wrong.parameters()), F.cross_entropy)
+
+
+def test_counter_based_dropout_keeps_its_rate_and_repeats_per_seed():
+    from sft.importers.dropout import uniform
+
+    seed = torch.tensor(7, dtype=torch.int64)
+    u = uniform(seed, 0, (200, 500))
+    assert u.shape == (200, 500) and 0.0 <= u.min() and u.max() < 1.0
+    assert abs((u >= 0.1).float().mean().item() - 0.9) < 0.005  # 10^5 draws: +-0.3% at 3 sigma
+    assert torch.equal(u, uniform(seed, 0, (200, 500)))
+    assert not torch.equal(u, uniform(seed, 1, (200, 500)))  # another site
+    assert not torch.equal(u, uniform(seed + 1, 0, (200, 500)))  # another step
+
+
+def test_train_mode_dropout_trains_as_eager_with_the_same_masks():
+    """The step's masks are those of `uniform` at the seed it draws from torch's generator: an
+    eager model masking the same way, with the same seeds, ends in the same state; two runs
+    from one torch seed are equal, and other dropout kinds are refused."""
+    from sft.importers.dropout import counter_dropout, train_mode_dropouts
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Dropout(0.3),
+                                   torch.nn.Linear(64, 10), torch.nn.Dropout(0.1)).train()
+
+    def run(steps):
+        model = make()
+        step = sft.compile_train_step(model, F.cross_entropy, SGD(model.parameters()), MLP_BATCH)
+        torch.manual_seed(123)
+        for batch in steps:
+            step(*batch)
+        return step.state_dict()
+
+    batches = _batches(MLP_BATCH, 10, n=3)
+    got = run(batches)
+    for name, value in run(batches).items():
+        assert torch.equal(value, got[name]), name
+    ref = make()
+    opt = SGD(ref.parameters())
+    torch.manual_seed(123)
+    with counter_dropout(train_mode_dropouts(ref, "ref")) as rng:
+        for x, y in batches:
+            rng.update(seed=torch.randint(0, 1 << 31, (), dtype=torch.int64), site=0)
+            F.cross_entropy(ref(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    _close(got, ref.state_dict())
+    channel = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Dropout2d(0.2)).train()
+    with pytest.raises(sft.SftError, match="Dropout2d.*only nn.Dropout is compiled in train mode"):
+        sft.compile_train_step(channel, lambda out, t: out.mean(), SGD(channel.parameters()),
+                               (torch.randn(2, 3, 8, 8), torch.zeros(2)))

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from ..errors import SftError
 from ..values import Result, Signature, spec_of
-from .torch import import_error, refuse_random, refuse_train_mode_dropout, stateless_import
+from .dropout import counter_dropout, train_mode_dropouts
+from .torch import import_error, refuse_random, stateless_import
 from .torch_optim import HYPER, Update, apply_update, optimizer_kind, read_update
 
 @dataclass
@@ -40,6 +41,7 @@ class TrainGraph:
     buffers: tuple[str, ...]     # the model's buffers (and frozen parameters) the step reads
     update: Update
     batch_size: int = 0          # how many of the inputs are the batch (the rest: hyper-parameters)
+    seeded: bool = False         # the last input is the dropout seed (importers/dropout.py)
 
 
 def optimizer_state(optimizer, update: Update, named: dict) -> tuple[dict, float]:
@@ -92,16 +94,17 @@ def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = 
     if max_grad_norm is not None and not (isinstance(max_grad_norm, (int, float)) and max_grad_norm > 0):
         raise SftError(f"max_grad_norm must be a positive number, not {max_grad_norm!r}", name)
     micro = micro_batch(batch, accumulation_steps, name)
-    refuse_train_mode_dropout(model, name, "set p=0 or call .eval() on it")
+    dropouts = train_mode_dropouts(model, name)
     params = dict(model.named_parameters())
     ids = {id(p) for p in params.values()}
     opt_params = [p for g in optimizer.param_groups for p in g["params"]]
     if any(id(p) not in ids for p in opt_params):
         raise SftError("the optimizer holds tensors that are not parameters of the model", name)
     try:
-        with warnings.catch_warnings(), sdpa_kernel(SDPBackend.MATH):
+        with warnings.catch_warnings(), sdpa_kernel(SDPBackend.MATH), counter_dropout(dropouts) as rng:
             warnings.simplefilter("ignore")
-            joint = _joint(model, loss_fn, micro, fx.get_decomposition_table(), name)
+            seed = (torch.tensor(0, dtype=torch.int64),) if dropouts else ()
+            joint = _joint(model, loss_fn, micro, fx.get_decomposition_table(), name, rng if seed else None)
             if joint.aux and accumulation_steps > 1:
                 raise SftError("a loss_fn returning (loss, *aux) is not supported with "
                                "accumulation_steps > 1: return the loss alone", name)
@@ -127,19 +130,22 @@ def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = 
             # the trained parameters come back group by group, as the update visits them
             results = [*(k for g in update.groups for k in g.params), *mutated, *slots, "step"]
             step_fn = _step_function(joint, update, list(state), len(batch), results, max_grad_norm,
-                                     accumulation_steps)
+                                     accumulation_steps, bool(seed))
             gm = make_fx(step_fn,
-                         decomposition_table=fx.get_decomposition_table())(*state.values(), *batch, *hyper)
+                         decomposition_table=fx.get_decomposition_table())(*state.values(), *batch, *hyper, *seed)
             refuse_random(gm.graph, name, "set dropout's p=0")
             text = stateless_import(gm.graph, gm, func_name)
     except SftError:
         raise
     except Exception as exc:  # aot_autograd, make_fx or torch-mlir failed: name the op where we can
         raise import_error(exc, name, "trace the training step") from None
-    signature = Signature(tuple(spec_of(x) for x in (*batch, *hyper)),
+    signature = Signature(tuple(spec_of(x) for x in (*batch, *hyper, *seed)),
                           (*[Result("output")] * (1 + len(joint.aux)), *[Result("state", n) for n in results]),
                           None, tuple((n, *spec_of(v)) for n, v in state.items()))
-    return TrainGraph(text, signature, state, tuple(trained), tuple(fixed), update, len(batch))
+    return TrainGraph(text, signature, state, tuple(trained), tuple(fixed), update, len(batch), bool(seed))
+
+
+_MICRO_SEED_STRIDE = 1_000_003  # micro-batch i draws its masks from seed + i * this
 
 
 def micro_batch(batch: tuple, steps, name: str) -> tuple:
@@ -156,12 +162,14 @@ def micro_batch(batch: tuple, steps, name: str) -> tuple:
 
 
 def _step_function(joint, update: Update, state_names: list[str], batch_size: int,
-                   results: list[str], max_grad_norm: float | None, accumulation_steps: int = 1):
+                   results: list[str], max_grad_norm: float | None, accumulation_steps: int = 1,
+                   seeded: bool = False):
     """The step as a function of (*state, *batch, *hyper-parameters) -> (loss, *aux, *the new
     value of each state tensor named in `results`): the joint graph on each micro-batch in
     turn (the buffers it updates carried from one to the next), the gradients of loss / k
     summed as k `backward()` calls accumulate them, clipped where asked, then the update of
-    each group with its own hyper-parameters. The loss returned is the micro-batches' mean."""
+    each group with its own hyper-parameters. The loss returned is the micro-batches' mean.
+    `seeded`: the last argument is the dropout seed, offset per micro-batch."""
     import torch
 
     per_group = len(HYPER[update.kind])
@@ -170,11 +178,12 @@ def _step_function(joint, update: Update, state_names: list[str], batch_size: in
     def step_fn(*args):
         values = dict(zip(state_names, args))
         batch = args[len(state_names):len(state_names) + batch_size]
-        hyper = args[len(state_names) + batch_size:]
+        hyper = args[len(state_names) + batch_size:len(args) - seeded]
         buffers = {b: values[b] for b in joint.buffers}
         losses, grads = [], {}
-        for micro in zip(*(x.chunk(micros) for x in batch)):
-            outs = joint.gm(*[values[p] for p in joint.parameters], *buffers.values(), *micro)
+        for i, micro in enumerate(zip(*(x.chunk(micros) for x in batch))):
+            seed = (args[-1] + i * _MICRO_SEED_STRIDE,) if seeded else ()
+            outs = joint.gm(*[values[p] for p in joint.parameters], *buffers.values(), *micro, *seed)
             by_name = dict(zip(joint.outputs, outs))
             buffers.update({b: by_name[o] for b, o in joint.mutated.items()})
             losses.append(by_name[joint.loss])
@@ -258,9 +267,11 @@ def _without_gradient(model, names):
             module._parameters[key] = p
 
 
-def _joint(model, loss_fn, batch, decompositions, name: str) -> _Joint:
+def _joint(model, loss_fn, batch, decompositions, name: str, rng: dict | None = None) -> _Joint:
     """Trace the joint graph. Parameters the loss does not reach (eager gives them no gradient
-    and the optimizer leaves them) are traced as frozen: aot_autograd refuses them otherwise."""
+    and the optimizer leaves them) are traced as frozen: aot_autograd refuses them otherwise.
+    With `rng` (`dropout.counter_dropout`'s holder) the graph takes the dropout seed as its
+    last input, after the batch."""
     import torch
     from torch._functorch.aot_autograd import aot_export_module
 
@@ -271,6 +282,9 @@ def _joint(model, loss_fn, batch, decompositions, name: str) -> _Joint:
             self._loss = (loss_fn,)  # a tuple: not registered as a child module
 
         def forward(self, *args):
+            if rng is not None:  # the seed, for the model's dropout
+                rng.update(seed=args[-1], site=0)
+                args = args[:-1]
             out = self._loss[0](self.model(*args[:-1]), args[-1])
             loss, aux = (out[0], tuple(out[1:])) if isinstance(out, (tuple, list)) and out else (out, ())
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
@@ -282,7 +296,8 @@ def _joint(model, loss_fn, batch, decompositions, name: str) -> _Joint:
 
     def trace(joint: bool):
         with _real_tensors_as_constants():
-            return aot_export_module(WithLoss(), batch, trace_joint=joint,
+            inputs = (*batch, torch.tensor(0, dtype=torch.int64)) if rng is not None else batch
+            return aot_export_module(WithLoss(), inputs, trace_joint=joint,
                                      output_loss_index=0 if joint else None,
                                      decompositions=decompositions)
 

@@ -80,7 +80,9 @@ def check_precision(precision: str, search: str = "model") -> None:
 
 
 def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[Plan, SearchReport]:
-    """The plan the cost model predicts fastest for `target`, and the search's report.
+    """The plan the cost model predicts fastest for `target` as far as it trusts itself there
+    (`Target.trust`: IREE's default unless a plan's predicted gain exceeds the model's measured
+    error on the plan's kinds of decision), and the search's report.
 
     `precision` "bf16" or "f16" lets each f32 contraction kernel run from inputs rounded to that
     type (f32 accumulation) where the model predicts it faster, casts included; the plan's
