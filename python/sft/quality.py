@@ -16,6 +16,22 @@ import numpy as np
 from .space.kernels import Kernel
 
 
+NOISE = 0.03  # measured times closer than this are not ordered (identical modules vary so much)
+
+
+def ordered_pairs(predicted: list[float], measured: list[float], noise: float = NOISE) -> tuple[int, int]:
+    """(pairs the prediction orders as measured, pairs) among those whose measured times differ
+    by more than `noise` (closer than that, the order is noise)."""
+    good = total = 0
+    for i, j in itertools.combinations(range(len(measured)), 2):
+        mi, mj = measured[i], measured[j]
+        if abs(mi - mj) <= noise * min(mi, mj):
+            continue
+        total += 1
+        good += (predicted[i] < predicted[j]) == (mi < mj)
+    return good, total
+
+
 @dataclass
 class KernelQuality:
     kernel: Kernel
@@ -24,16 +40,8 @@ class KernelQuality:
     measured: list[float]
 
     def pairs(self) -> tuple[int, int]:
-        """(correctly ordered pairs, pairs) among candidates whose measured times differ by
-        more than 3% (closer than that, the order is noise)."""
-        good = total = 0
-        for i, j in itertools.combinations(range(len(self.indices)), 2):
-            mi, mj = self.measured[i], self.measured[j]
-            if abs(mi - mj) <= 0.03 * min(mi, mj):
-                continue
-            total += 1
-            good += (self.predicted[i] < self.predicted[j]) == (mi < mj)
-        return good, total
+        """(correctly ordered pairs, pairs) among the candidates (`ordered_pairs`)."""
+        return ordered_pairs(self.predicted, self.measured)
 
     def spearman(self) -> float:
         from scipy.stats import spearmanr

@@ -55,8 +55,6 @@ class TrainStep:
     def __call__(self, *batch):
         """One training step on `batch = (*inputs, target)`; returns the loss (0-d, of the kind
         the batch is: torch, numpy)."""
-        import torch
-
         if len(batch) != self._graph.batch_size:
             raise SftError(f"expected a batch of {self._graph.batch_size} tensors (*inputs, "
                            f"target), got {len(batch)}")
@@ -66,7 +64,7 @@ class TrainStep:
         self._upload_changes()
         hyper = self._graph.update.hyper_inputs(self._optimizer, self._count + 1)
         # the dropout seed, from torch's generator (torch.manual_seed repeats a run)
-        seed = (torch.randint(0, 1 << 31, (), dtype=torch.int64),) if self._graph.seeded else ()
+        seed = (_draw_seed(),) if self._graph.seeded else ()
         loss = self.compiled(*batch, *hyper, *seed)
         self._count += 1
         self._optimizer._opt_called = True  # as optimizer.step() marks it for lr schedulers
@@ -186,6 +184,13 @@ class TrainStep:
             self._count = steps
         self.compiled.load_state_dict(upload)
         self._seen = now
+
+
+def _draw_seed():
+    """A dropout seed from torch's generator (an int64 0-d tensor)."""
+    import torch
+
+    return torch.randint(0, 1 << 31, (), dtype=torch.int64)
 
 
 def _traced_as(modules, params) -> tuple:

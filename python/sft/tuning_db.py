@@ -14,6 +14,7 @@ what the file had, when it can be read): the search runs, its results are just n
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -22,6 +23,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from .errors import SftError
 from .paths import cache_dir, warn_once
 
 COMPILER = f"iree-{version('iree-base-compiler')}"
@@ -219,8 +221,6 @@ class TuningDB:
         left out). Where both have a record: for a measurement the faster measured wins (a
         failure loses to any time); for a plan, the one whose chosen candidate measured faster
         (verify's), else the newer. An SftError naming `source` where `data` is not an export."""
-        from .errors import SftError
-
         if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
             raise SftError("not a file `sft db export` wrote", source)
         try:
@@ -267,8 +267,6 @@ def _better(table: str, new: tuple, old: tuple) -> bool:
 
 def _chosen_seconds(report_json: str) -> float | None:
     """The measured seconds of the candidate a verify report chose, or None (a model search)."""
-    import json
-
     try:
         report = json.loads(report_json)
         seconds = report["measured_s"][f"program {report['chosen']}"]

@@ -13,6 +13,7 @@ integer arithmetic.
 from __future__ import annotations
 
 import contextlib
+import math
 
 from ..errors import SftError
 
@@ -24,10 +25,7 @@ def uniform(seed, site: int, shape) -> object:
     `site` and each element's index alone."""
     import torch
 
-    count = 1
-    for d in shape:
-        count *= d
-    x = torch.arange(count, dtype=torch.int64)
+    x = torch.arange(math.prod(shape), dtype=torch.int64)
     x = (x * 0x9E3779B1 + seed * 0x85EBCA77 + site * 0xC2B2AE3D) & _MASK32
     x = x ^ (x >> 15)
     x = (x * 0x2C1B3C6D) & _MASK32

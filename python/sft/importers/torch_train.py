@@ -104,7 +104,8 @@ def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = 
         with warnings.catch_warnings(), sdpa_kernel(SDPBackend.MATH), counter_dropout(dropouts) as rng:
             warnings.simplefilter("ignore")
             seed = (torch.tensor(0, dtype=torch.int64),) if dropouts else ()
-            joint = _joint(model, loss_fn, micro, fx.get_decomposition_table(), name, rng if seed else None)
+            joint = _joint(model, loss_fn, (*micro, *seed), fx.get_decomposition_table(), name,
+                           rng if dropouts else None)
             if joint.aux and accumulation_steps > 1:
                 raise SftError("a loss_fn returning (loss, *aux) is not supported with "
                                "accumulation_steps > 1: return the loss alone", name)
@@ -270,8 +271,8 @@ def _without_gradient(model, names):
 def _joint(model, loss_fn, batch, decompositions, name: str, rng: dict | None = None) -> _Joint:
     """Trace the joint graph. Parameters the loss does not reach (eager gives them no gradient
     and the optimizer leaves them) are traced as frozen: aot_autograd refuses them otherwise.
-    With `rng` (`dropout.counter_dropout`'s holder) the graph takes the dropout seed as its
-    last input, after the batch."""
+    With `rng` (`dropout.counter_dropout`'s holder) the last tensor of `batch` is the dropout
+    seed, an input of the graph like the batch."""
     import torch
     from torch._functorch.aot_autograd import aot_export_module
 
@@ -296,8 +297,7 @@ def _joint(model, loss_fn, batch, decompositions, name: str, rng: dict | None = 
 
     def trace(joint: bool):
         with _real_tensors_as_constants():
-            inputs = (*batch, torch.tensor(0, dtype=torch.int64)) if rng is not None else batch
-            return aot_export_module(WithLoss(), inputs, trace_joint=joint,
+            return aot_export_module(WithLoss(), batch, trace_joint=joint,
                                      output_loss_index=0 if joint else None,
                                      decompositions=decompositions)
 

@@ -19,36 +19,14 @@ from tqdm import tqdm
 def programs(name: str) -> dict[str, tuple[str, tuple[str, ...]]]:
     """{"iree": (the front end's linalg, ()), "sft": (sft's planned program, its flags)} for a
     suite model or training step."""
-    from ..models import BENCH_SUITE, LARGE_SUITE
-    from .bench_train import JAX_TRAIN_SUITE, TORCH_TRAIN_SUITE
+    from ..api import compile_prepared
+    from ..targets import get_target
+    from .bench_quality_programs import program_of
 
-    if name in JAX_TRAIN_SUITE:
-        from ..api import compile as sft_compile
-        from ..importers.jax import import_jax
-        from .bench_train_jax import step_of
-
-        step, args = step_of(JAX_TRAIN_SUITE[name])
-        text = import_jax(step, args, (0, 1))[0]
-        compiled = sft_compile(step, args, search="model", keep_ir=True, donate_argnums=(0, 1))
-    elif name in TORCH_TRAIN_SUITE:
-        from ..importers.torch_train import trace_train_step
-        from ..train import compile_train_step
-
-        case = TORCH_TRAIN_SUITE[name]
-        model = case.build()
-        text = trace_train_step(model, case.loss, case.optimizer(model.parameters()),
-                                case.batch()).linalg
-        compiled = compile_train_step(model, case.loss, case.optimizer(model.parameters()),
-                                      case.batch(), search="model", keep_ir=True)
-    else:
-        from ..api import compile as sft_compile
-        from ..program import import_model
-
-        case = {**BENCH_SUITE, **LARGE_SUITE}[name]
-        model, inputs = case.build(), case.inputs()
-        text = import_model(model, inputs)[0]
-        compiled = sft_compile(model, inputs, search="model", keep_ir=True)
-    return {"iree": (text, ()), "sft": (compiled.stages.planned, compiled.plan.flags)}
+    program = program_of(name)
+    compiled = compile_prepared(program, program.module(), get_target("host"), search="model",
+                                keep_ir=True)
+    return {"iree": (program.linalg, ()), "sft": (compiled.stages.planned, compiled.plan.flags)}
 
 
 def peaks(desc) -> dict:

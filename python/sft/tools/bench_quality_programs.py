@@ -12,7 +12,6 @@ decision into this host's calibration, and searches from then on hold picks to i
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 
@@ -23,7 +22,6 @@ from tqdm import tqdm
 # and training steps (torch and JAX), none in the calibration's fit and none a default row of
 # `sft-bench train`, so that the trust measured here is checked on programs it never saw.
 DEFAULT_PROGRAMS = ("mlp", "transformer_layer", "linear_attention", "mlp_b8", "jax_mlp_b8")
-NOISE = 0.03  # measured times closer than this are not ordered (identical modules vary so much)
 
 
 def program_of(name: str):
@@ -49,17 +47,6 @@ def program_of(name: str):
     return prepare(case.build(), case.inputs())[0]
 
 
-def pairwise(predicted: list[float], measured: list[float]) -> tuple[int, int]:
-    """(pairs ordered as measured, pairs) among variants whose times differ beyond `NOISE`."""
-    good = total = 0
-    for i, j in itertools.combinations(range(len(measured)), 2):
-        if abs(measured[i] - measured[j]) <= NOISE * min(measured[i], measured[j]):
-            continue
-        total += 1
-        good += (predicted[i] < predicted[j]) == (measured[i] < measured[j])
-    return good, total
-
-
 def program_row(name: str, rounds: int, calls: int) -> dict:
     """Every ranked option set of one program and IREE's default: predicted and measured."""
     from ..backend import compile_module
@@ -68,6 +55,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     from ..errors import SftError
     from ..plan import Plan
     from ..program import lower
+    from ..quality import ordered_pairs
     from ..search.strategy import option_plan, search_plan
     from ..targets import get_target
 
@@ -101,7 +89,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     default_p, default_m = report.default_predicted, measured["iree-default"]
     errors = [(decision_kinds(variants[n][0]), (measured[n] / default_m) / (variants[n][1] / default_p))
               for n in names if n != "iree-default"]
-    good, total = pairwise(predicted, seconds)
+    good, total = ordered_pairs(predicted, seconds)
     return {"program": name, "predicted_s": dict(zip(names, predicted)), "measured_s": measured,
             "failed": failed, "pairs": [good, total], "raw_pick": raw_pick, "pick": pick,
             "chosen": report.chosen, "regret": measured[raw_pick] / min(seconds),
