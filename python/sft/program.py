@@ -16,7 +16,9 @@ from .importers import import_mlir_file, import_mlir_text, import_torch
 from .passes import LowerPass, RaisePass, VerifyPass
 from .decisions.kind import IREE, SFT
 from .passes.apply_plan import DropOpIdsPass
+from .passes.f64_math import ExpandF64MathPass
 from .plan import Plan
+from .targets.base import Target
 from .values import NP_TYPES, Signature, aliases, to_numpy
 
 
@@ -29,12 +31,14 @@ def to_sft(linalg_text: str, filename: str = "<input>"):
     return module
 
 
-def lower(sft_module, plan: Plan) -> tuple[str, str]:
-    """sft -> linalg text, then the plan imposed in IREE's context; returns (lowered, planned).
-    Consumes the module."""
+def lower(sft_module, plan: Plan, target: Target) -> tuple[str, str]:
+    """sft -> linalg text for `target`, then the plan imposed in IREE's context; returns
+    (lowered, planned). Consumes the module."""
     for sft_pass in plan.passes(SFT):
         sft_pass(sft_module)
     LowerPass()(sft_module)
+    if target.expand_f64_math:
+        ExpandF64MathPass()(sft_module)
     lowered = ir.print_module(sft_module)
     iree_module = ir.parse(ir.iree_ir.Context(), lowered, "")
     for iree_pass in plan.passes(IREE):

@@ -33,8 +33,8 @@ def test_raise_lower_keeps_dispatches_and_numbers(name):
     """IREE compiles sft-opt --sft-raise --sft-lower output as it compiles the original."""
     model, inputs, _ = _reference(SUITE[name])
     program, module = prepare(model, inputs)
-    lowered, planned = lower(module, Plan())
     host = get_target("host")
+    lowered, planned = lower(module, Plan(), host)
     original, roundtrip = compile_module(program.linalg, host), compile_module(planned, host)
     assert roundtrip.dispatch_count == original.dispatch_count
     arrays = [*program.state.values(), *(x.numpy() for x in inputs)]

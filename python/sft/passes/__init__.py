@@ -1,6 +1,7 @@
 """sft's passes. Each is a frozen dataclass whose fields are its options; `PASSES` names them."""
 
 from .expand_batch import ExpandBatchPass
+from .f64_math import ExpandF64MathPass
 from .low_precision import LowPrecisionPass
 from .lower import LowerPass
 from .raise_linalg import RaisePass
@@ -8,6 +9,6 @@ from .reassociate import ReassociatePass
 from .verify import VerifyPass
 
 PASSES = {p.name: p for p in (RaisePass, LowerPass, VerifyPass, ReassociatePass, ExpandBatchPass,
-                                  LowPrecisionPass)}
+                                  LowPrecisionPass, ExpandF64MathPass)}
 
-__all__ = ["PASSES", "ExpandBatchPass", "LowPrecisionPass", "LowerPass", "RaisePass", "ReassociatePass", "VerifyPass"]
+__all__ = ["PASSES", "ExpandBatchPass", "ExpandF64MathPass", "LowPrecisionPass", "LowerPass", "RaisePass", "ReassociatePass", "VerifyPass"]

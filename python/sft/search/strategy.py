@@ -58,7 +58,7 @@ def iree_view(module, target: Target, options) -> tuple[list, dict]:
     and default configs) under each set of dispatch-forming flags that `options` use. Consumes
     the module."""
     kernels = contraction_kernels(module)
-    default_text = lower(module, Plan())[1]
+    default_text = lower(module, Plan(), target)[1]
     flag_sets = sorted({o.formation_flags for o in options})
     found = zip(flag_sets, _profiles([(default_text, f) for f in flag_sets], target))
     return kernels, {flags: p for flags, p in found if p is not None}
@@ -106,7 +106,7 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         ReassociatePass(orders[expand])(variant)
         kernels = contraction_kernels(variant)
         casts[expand] = castable(variant) if precision != "f32" else {}
-        variants[expand] = (kernels, lower(variant, Plan())[1], chains, seconds)
+        variants[expand] = (kernels, lower(variant, Plan(), target)[1], chains, seconds)
     # IREE's profiles are most of a search's time. A rewrite is first searched under IREE's
     # default dispatch formation only, beside the program as written under every option; it
     # gets the other formations' profiles only when it already predicts a clear gain there.
@@ -214,7 +214,7 @@ def searched_plan(program: Program, target: Target, search: str,
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
             keep, resident = program.timing_layout()
-            text_of = lambda p: program.linalg if p.as_imported else lower(program.module(), p)[1]  # noqa: E731
+            text_of = lambda p: program.linalg if p.as_imported else lower(program.module(), p, target)[1]  # noqa: E731
             plan = verify(report, text_of, target,
                           program.timing_inputs(), db, progress=bar.update,
                           keep=keep, resident=resident)
@@ -286,7 +286,7 @@ def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict, import
     """Lower `module` under `plan` (or take the front end's linalg, `imported`, for a plan
     `as_imported`) and compile it."""
     start = time.perf_counter()
-    lowered, planned = (imported, imported) if plan.as_imported else lower(module, plan)
+    lowered, planned = (imported, imported) if plan.as_imported else lower(module, plan, target)
     lowered_at = time.perf_counter()
     artifact = compile_module(planned, target, plan.flags)
     seconds.update({"lower": lowered_at - start, "iree-compile": time.perf_counter() - lowered_at})

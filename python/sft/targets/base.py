@@ -65,6 +65,9 @@ class Target:
     # how far the model's whole-program predictions are believed over IREE's default, per kind
     # of decision (measured on the host by `sft-bench quality --programs --store`)
     trust: Trust = Trust()
+    # f64 math ops (tanh, sin, ...) lowered by sft (passes/f64_math.py) where IREE's codegen for
+    # the target has no f64 implementation of them (the CPU's: no libm in its executables)
+    expand_f64_math: bool = False
 
     @property
     def searched_codegen(self) -> Codegen | None:

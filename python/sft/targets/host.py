@@ -164,7 +164,7 @@ def host() -> Target:
     return Target(
         name="host", about=f"this machine's CPU ({host_isa().name}, llvm-cpu, CPU model {cpu})",
         flags=("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-               f"--iree-llvmcpu-target-cpu={cpu}", KEEP_F64),
+               f"--iree-llvmcpu-target-cpu={cpu}", KEEP_F64), expand_f64_math=True,
         driver="local-task", desc=desc, codegen=CpuCodegen(host_isa(), margin),
         options=tuple(cpu_option_space()), kernel_driver=SERIAL_DRIVER,
         machine=f"cpu {cpu_signature()}" if cpu == "host" else "", trust=trust)

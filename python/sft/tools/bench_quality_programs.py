@@ -71,7 +71,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     inputs, builders, failed = program.timing_inputs(), {}, []
     for vname, (plan, _) in tqdm(variants.items(), desc=f"compile {name}", unit="plan", leave=False):
         try:
-            artifact = compile_module(lower(program.module(), plan)[1], target, plan.flags)
+            artifact = compile_module(lower(program.module(), plan, target)[1], target, plan.flags)
         except SftError:  # IREE refuses this option set on this program (aggressive fusion)
             failed.append(vname)
             continue

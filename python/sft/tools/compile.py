@@ -94,7 +94,7 @@ def _compile(args) -> int:
         if args.report:
             write_output(args.report, report.to_json() if args.report.endswith(".json")
                          else report.to_text() + "\n")
-    lowered, planned = lower(module, plan)
+    lowered, planned = lower(module, plan, target)
     sft_text = program.sft_text
     if args.emit == "plan":
         write_output(output, plan.to_json() + "\n")

@@ -268,7 +268,7 @@ def model_entry(name: str, target, store: Store, kernels: dict, progress) -> dic
         if key in built or key in jobs:
             continue
         try:
-            text = program.linalg if plan_.as_imported else lower(program.module(), plan_)[1]
+            text = program.linalg if plan_.as_imported else lower(program.module(), plan_, target)[1]
             jobs[key] = (text, plan_.flags)
         except SftError as err:  # a plan that does not apply (IllegalPlan)
             built[key] = f"lower: {err}"

@@ -106,7 +106,8 @@ UNARY = {
 }
 for name, (fn, gen) in UNARY.items():
     case(f"unary-{name}-f32", fn, lambda gen=gen: (gen(3, 4),))
-for name in ("neg", "exp", "log", "sqrt", "rsqrt", "sin", "erf", "floor", "sign", "pow-half"):
+for name in ("neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "atan", "erf", "floor", "sign",
+             "pow-half"):
     fn, gen = UNARY[name]
     case(f"unary-{name}-f64", fn, lambda gen=gen: (gen(3, 4, dtype=f64),))
 for name in ("neg", "exp", "sqrt", "floor"):
@@ -581,7 +582,7 @@ ACT = {
 }
 for name, fn in ACT.items():
     case(f"act-{name}-f32", fn, lambda: (rnd(3, 4, scale=3),))
-for name in ("gelu-tanh", "silu", "sigmoid", "softplus"):
+for name in ("gelu", "gelu-tanh", "tanh", "silu", "sigmoid", "softplus"):
     case(f"act-{name}-f64", ACT[name], lambda: (rnd(3, 4, scale=3, dtype=f64),))
 for name in ("gelu", "gelu-tanh", "silu"):
     for dt in (f16, bf16):
