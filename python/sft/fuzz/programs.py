@@ -13,7 +13,8 @@ a plain numpy RNG (the long campaign). Index maps are kept as text expressions o
 evaluated with numpy on the index grid: one gather serves views, maps, reductions and
 contractions alike. With some probability (P_CALLEE) the first ops go to a private function
 that @main calls. The scalar bodies of maps and reductions are bodies.py's, the view ops
-views.py's.
+views.py's; the op generators left here share the builder's state (names, constants, values,
+the op mix) at every line, which is why this file runs a little past 400 lines.
 """
 
 from __future__ import annotations
