@@ -6,6 +6,7 @@
 """
 
 from .api import CompiledModel, compile  # noqa: F401  (shadows the builtin inside this package only)
+from .jit import jit  # noqa: F401
 from .errors import IllegalPlan, SftError  # noqa: F401
 from .decisions import GpuConfig, TileConfig  # noqa: F401
 from .plan import Plan  # noqa: F401

@@ -189,8 +189,8 @@ def check_inputs(args, specs, driver: str = "") -> list:
                            f"got {arr.dtype}{list(arr.shape)}")
         # np.ascontiguousarray would turn a 0-d array into shape [1]
         arr = arr if arr.flags.c_contiguous else arr.copy(order="C")
-        # IREE's integers carry no sign: uint8 goes in as the same bits, i8
-        arrays.append(arr.view(np.int8) if arr.dtype == np.uint8 else arr)
+        # IREE's integers carry no sign: uint8 goes in as the same bits, i8 (uint32: i32, ...)
+        arrays.append(arr.view(f"i{arr.dtype.itemsize}") if arr.dtype.kind == "u" else arr)
     return arrays
 
 

@@ -24,9 +24,11 @@ from .. import ir
 from ..errors import SftError
 from ..values import NP_TYPES, Result, Signature
 
-# dtypes the runtime boundary carries (values.NP_TYPES); others (uint32, complex, float8, ...)
-# would be read back as the signless type IREE gives them, so they are refused.
-_SUPPORTED = {np.dtype(t) for t in NP_TYPES.values()}
+# dtypes the runtime boundary carries: values.NP_TYPES, and unsigned integers (PRNG keys are
+# uint32) as the same bits of the signed type IREE's signless integers give back; others
+# (complex, float8, ...) are refused.
+_UNSIGNED = {np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64)}
+_SUPPORTED = {np.dtype(t) for t in NP_TYPES.values()} | _UNSIGNED
 
 
 def _first_line(exc: BaseException) -> str:
@@ -224,8 +226,9 @@ def import_jax(fn, example_args, donate_argnums: tuple[int, ...] = ()) -> tuple[
 
     text, donated = _as_func_module(convert_input(lowered.as_text(), "stablehlo"), specs, name)
     replaces = {result: leaf for leaf, result in donated.items()}
-    results = tuple(Result("device", replaces[i]) if i in replaces else Result("output")
-                    for i in range(len(out_avals)))
+    results = tuple(Result("device", replaces[i]) if i in replaces
+                    else Result("output", np.dtype(a.dtype) if np.dtype(a.dtype) in _UNSIGNED else None)
+                    for i, a in enumerate(out_avals))
     return text, Signature(specs, results,
                            lambda leaves: jax.tree_util.tree_unflatten(out_tree, leaves),
                            flatten=_flattener(in_tree, specs))
