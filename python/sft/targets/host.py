@@ -21,6 +21,12 @@ from ..cost.trust import Trust
 from ..paths import cache_dir, warn_once
 from ..space.options import SERIAL_DRIVER, cpu_option_space
 from .base import KEEP_F64, Target
+
+# IREE 3.13 hoists constant expressions into initializers; with a PRNG key constant in a JAX
+# function (threefry on constants), the hoisted initializer fails at load ("indirect buffer
+# reference slot 0 is out range of the declared binding capacity", in copy_buffer), IREE alone
+# on JAX's StableHLO too. sft passes weights as arguments, so little is constant to hoist.
+NO_CONST_EXPR_HOISTING = "--iree-opt-const-expr-hoisting=false"
 from .cpu import UNCALIBRATED_MARGIN, CpuCodegen
 
 CALIBRATION_FORMAT = 3  # 3: the executor's dispatch cost measured on split dispatches
@@ -164,7 +170,8 @@ def host() -> Target:
     return Target(
         name="host", about=f"this machine's CPU ({host_isa().name}, llvm-cpu, CPU model {cpu})",
         flags=("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-               f"--iree-llvmcpu-target-cpu={cpu}", KEEP_F64), expand_f64_math=True,
+               f"--iree-llvmcpu-target-cpu={cpu}", KEEP_F64, NO_CONST_EXPR_HOISTING),
+        expand_f64_math=True,
         driver="local-task", desc=desc, codegen=CpuCodegen(host_isa(), margin),
         options=tuple(cpu_option_space()), kernel_driver=SERIAL_DRIVER,
         machine=f"cpu {cpu_signature()}" if cpu == "host" else "", trust=trust)
