@@ -13,6 +13,7 @@ import numpy as np
 from ..backend.torch_lowering import lower_isolated
 from ..errors import SftError
 from ..values import Result, Signature, spec_of
+from .torch_export import export_decomposed
 
 _FAILED_OP = re.compile(r"failed to legalize operation '([^']+)'")
 
@@ -199,7 +200,6 @@ def import_torch(model, example_inputs, func_name: str = "main") -> tuple[str, S
     statistics are state the compiled model updates; dropout in train mode is refused (a
     compiled program draws no random numbers). The model's own object is left as it was."""
     import torch
-    from torch_mlir import fx
 
     name = type(model).__name__
     if not isinstance(model, torch.nn.Module):
@@ -226,8 +226,7 @@ def import_torch(model, example_inputs, func_name: str = "main") -> tuple[str, S
     try:
         with warnings.catch_warnings(), _modes_kept(model):
             warnings.simplefilter("ignore")
-            prog = torch.export.export(model, inputs, strict=False)
-            prog = prog.run_decompositions(fx.get_decomposition_table())
+            prog = export_decomposed(model, inputs, name)
             _refuse_wrong_uint8(prog, name)
             refuse_random(prog.graph, name, "call model.eval() for inference")
             state = _state(prog, name)
