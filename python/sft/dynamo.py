@@ -49,6 +49,7 @@ def _setup_once() -> None:
 def backend(gm, example_inputs, options: dict | None = None, mode: str | None = None):
     """The Dynamo backend: AOTAutograd with sft compiling the forward and backward graphs."""
     from torch._dynamo.backends.common import aot_autograd
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch_mlir import fx
 
     _setup_once()
@@ -67,8 +68,10 @@ def backend(gm, example_inputs, options: dict | None = None, mode: str | None = 
     check_precision(options.get("precision", "f32"), search)
     options["target"] = get_target(options.get("target", "host"))
     compiler = lambda graph, inputs: compile_graph(graph, inputs, **options)  # noqa: E731
-    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
-                        decompositions=fx.get_decomposition_table())(gm, example_inputs)
+    # attention traced as its math: the CPU flash kernel's backward has no torch-mlir lowering
+    with sdpa_kernel(SDPBackend.MATH):
+        return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
+                            decompositions=fx.get_decomposition_table())(gm, example_inputs)
 
 
 def compile_graph(gm, example_inputs, target, search: str = "none", precision: str = "f32"):
@@ -88,7 +91,7 @@ def _compile_graph(gm, example_inputs, target, search: str, precision: str):
     from torch._functorch.aot_autograd import make_boxed_func
 
     from .api import compile_prepared
-    from .importers.torch import refuse_random, stateless_import
+    from .importers.torch import import_error, refuse_random, stateless_import
     from .program import program_from
 
     eager = make_boxed_func(gm.forward)
@@ -128,7 +131,8 @@ def _compile_graph(gm, example_inputs, target, search: str, precision: str):
         signature = Signature(tuple(specs), tuple(Result("output", _unsigned(results[i])) for i in kept))
         program, module = program_from(text, name, signature, {})
         compiled = compile_prepared(program, module, target, None, search, False, precision)
-    except SftError as error:
+    except Exception as exc:  # noqa: BLE001 — torch-mlir's own errors too: the graph runs eager
+        error = exc if isinstance(exc, SftError) else import_error(exc, name, "import the graph")
         warnings.warn(f"sft: a graph could not be compiled ({error.message.splitlines()[0]}); "
                       "it runs eager", stacklevel=2)
         return eager

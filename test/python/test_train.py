@@ -498,6 +498,50 @@ def test_counter_based_dropout_keeps_its_rate_and_repeats_per_seed():
     assert not torch.equal(u, uniform(seed + 1, 0, (200, 500)))  # another step
 
 
+class _DropoutAttention(torch.nn.Module):
+    """Attention whose weights drop out inside F.scaled_dot_product_attention, its p held by an
+    nn.Dropout, as Hugging Face's default (sdpa) attention does."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.out, self.drop = torch.nn.Linear(16, 48), torch.nn.Linear(16, 10), torch.nn.Dropout(0.2)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = (t.reshape(b, s, 2, 8).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        h = F.scaled_dot_product_attention(q, k, v, dropout_p=self.drop.p if self.training else 0.0,
+                                           is_causal=True)
+        return self.out(h.transpose(1, 2).reshape(b, s, 16).mean(1))
+
+
+def test_attention_dropout_trains_as_eager_with_the_same_masks():
+    """sdpa's attention dropout gets the step's counter-based masks too (it was refused as a
+    random op): the step equals eager masking the same way with the same seeds."""
+    from sft.importers.dropout import _attention_math, counter_dropout, train_mode_dropouts
+
+    q, k, v = torch.randn(3, 2, 2, 5, 8).unbind(0)
+    torch.testing.assert_close(_attention_math(q, k, v, None, True, None, False, lambda w: w),
+                               F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    example = (torch.randn(4, 6, 16), torch.randint(0, 10, (4,)))
+    batches = _batches(example, 10, n=3)
+    torch.manual_seed(0)
+    model = _DropoutAttention().train()
+    ref = copy.deepcopy(model)
+    step = sft.compile_train_step(model, F.cross_entropy, SGD(model.parameters()), example)
+    torch.manual_seed(5)
+    for batch in batches:
+        step(*batch)
+    opt = SGD(ref.parameters())
+    torch.manual_seed(5)
+    with counter_dropout(train_mode_dropouts(ref, "ref")) as rng:
+        for x, y in batches:
+            rng.update(seed=torch.randint(0, 1 << 31, (), dtype=torch.int64), site=0)
+            F.cross_entropy(ref(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+    _close(step.state_dict(), ref.state_dict())
+
+
 def test_train_mode_dropout_trains_as_eager_with_the_same_masks():
     """The step's masks are those of `uniform` at the seed it draws from torch's generator: an
     eager model masking the same way, with the same seeds, ends in the same state; two runs

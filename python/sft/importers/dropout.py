@@ -53,23 +53,58 @@ def train_mode_dropouts(model, name: str) -> list:
 
 @contextlib.contextmanager
 def counter_dropout(modules: list):
-    """While active, each module of `modules` (train-mode nn.Dropout) masks with `uniform` of
-    the seed in the yielded holder (`holder["seed"]`, set by the traced function before the
-    model runs; `holder["site"]` counts the dropout calls of one forward, each a site)."""
+    """While active, each module of `modules` (train-mode nn.Dropout), and the attention
+    dropout of `F.scaled_dot_product_attention`, masks with `uniform` of the seed in the yielded
+    holder (`holder["seed"]`, set by the traced function before the model runs;
+    `holder["site"]` counts the dropout calls of one forward, each a site)."""
     holder = {"seed": None, "site": 0}
 
     def forward_of(module):
-        def forward(x):
-            site = holder["site"]
-            holder["site"] += 1
-            keep = uniform(holder["seed"], site, x.shape) >= module.p
-            return x * keep.to(x.dtype) * (1.0 / (1.0 - module.p))
-        return forward
+        return lambda x: masked(x, module.p)
+
+    def masked(x, p):
+        site = holder["site"]
+        holder["site"] += 1
+        return x * (uniform(holder["seed"], site, x.shape) >= p).to(x.dtype) * (1.0 / (1.0 - p))
+
+    import torch.nn.functional as F
+
+    sdpa = F.scaled_dot_product_attention
+
+    def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kw):
+        """Attention with dropout (Hugging Face's default `sdpa` passes its attention dropout
+        here) as its math, the weights masked like nn.Dropout's output."""
+        if not dropout_p or holder["seed"] is None:  # (no seed: its random op is refused)
+            return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                        scale=scale, **kw)
+        return _attention_math(q, k, v, attn_mask, is_causal, scale, kw.get("enable_gqa", False),
+                               lambda w: masked(w, dropout_p))
 
     for m in modules:
         m.forward = forward_of(m)
+    F.scaled_dot_product_attention = attention
     try:
         yield holder
     finally:
+        F.scaled_dot_product_attention = sdpa
         for m in modules:
             del m.forward  # the class's forward again
+
+
+def _attention_math(q, k, v, attn_mask, is_causal: bool, scale, enable_gqa: bool, dropout):
+    """torch's scaled_dot_product_attention as its documentation states it, `dropout` applied
+    to the attention weights."""
+    import torch
+
+    length, source = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    bias = torch.zeros(length, source, dtype=q.dtype)
+    if is_causal:
+        bias = bias.masked_fill(~torch.ones(length, source, dtype=torch.bool).tril(), float("-inf"))
+    if attn_mask is not None:
+        bias = bias.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else bias + attn_mask
+    if enable_gqa:
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], -3)
+        v = v.repeat_interleave(q.shape[-3] // v.shape[-3], -3)
+    weights = torch.softmax(q @ k.transpose(-2, -1) * scale + bias, dim=-1)
+    return dropout(weights) @ v

@@ -11,7 +11,10 @@ Three things that fail in torch 2.13 and are mended here, each where it arises:
   starts from) are left out of its constants ("Constant tensor lifted_tensor_0 is not in the
   constants dictionary"): they are put back, then the program's signature is checked;
 - a `DynamicCache` in a model's output (`use_cache=True`, the default) is a pytree once
-  Hugging Face's own registration for torch.export has run.
+  Hugging Face's own registration for torch.export has run;
+- a training step's trace (aot_autograd) is an export too, but torch says so only under
+  torch.export: code that takes a data-dependent shortcut unless exporting (Hugging Face's
+  attention mask, `padding_mask.all()`: "aten._local_scalar_dense") is told it is exporting.
 """
 
 from __future__ import annotations
@@ -37,6 +40,14 @@ def export_decomposed(model, inputs: tuple, name: str):
         decomposed = prog.run_decompositions(fx.get_decomposition_table())
         repair(decomposed, prog.constants, name)
     return decomposed
+
+
+def exporting():
+    """`torch.compiler.is_exporting()` and `is_compiling()` True inside: torch.export's own
+    context for its non-strict trace."""
+    from torch._export.utils import _compiling_state_context
+
+    return _compiling_state_context()
 
 
 def _register_hugging_face_pytrees() -> None:

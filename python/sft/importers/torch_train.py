@@ -26,6 +26,7 @@ from ..errors import SftError
 from ..values import Result, Signature, spec_of
 from .dropout import counter_dropout, train_mode_dropouts
 from .torch import import_error, refuse_random, stateless_import
+from .torch_export import exporting
 from .torch_optim import HYPER, Update, apply_update, optimizer_kind, read_update
 
 @dataclass
@@ -101,7 +102,8 @@ def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = 
     if any(id(p) not in ids for p in opt_params):
         raise SftError("the optimizer holds tensors that are not parameters of the model", name)
     try:
-        with warnings.catch_warnings(), sdpa_kernel(SDPBackend.MATH), counter_dropout(dropouts) as rng:
+        with warnings.catch_warnings(), sdpa_kernel(SDPBackend.MATH), exporting(), \
+                counter_dropout(dropouts) as rng:
             warnings.simplefilter("ignore")
             seed = (torch.tensor(0, dtype=torch.int64),) if dropouts else ()
             joint = _joint(model, loss_fn, (*micro, *seed), fx.get_decomposition_table(), name,
