@@ -45,9 +45,10 @@ def _check_dtypes(avals, what: str, name: str) -> None:
         except TypeError:  # an extended dtype such as key<fry>
             ok = False
         if not ok:
+            keys = "; typed PRNG keys go through sft.jit" if "key<" in str(aval.dtype) else ""
             raise SftError(f"{what} {i} is {aval.dtype}{list(aval.shape)}: dtype {aval.dtype} is "
-                           f"not supported (supported: {', '.join(sorted(map(str, _SUPPORTED)))})",
-                           name)
+                           f"not supported (supported: {', '.join(sorted(map(str, _SUPPORTED)))})"
+                           f"{keys}", name)
 
 
 def _lower(fn, args: tuple, name: str, donate_argnums: tuple[int, ...] = ()):
