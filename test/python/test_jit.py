@@ -151,3 +151,19 @@ def test_flax_optax_training_loop_matches_jax_jit():
         runs[name] = (p, loss)
     _assert_matches(runs["sft"][0], runs["jax"][0], rtol=1e-5, atol=1e-5)
     assert float(runs["sft"][1]) == pytest.approx(float(runs["jax"][1]), rel=1e-5)
+
+
+
+def test_the_jax_front_ends_models_through_sft_jit():
+    """The functions test_jax.py compiles with sft.compile (an MLP, a transformer block, a
+    layernorm), through sft.jit; and sft.compile takes numpy float64 as JAX does too."""
+    import test_jax as tj
+
+    cases = [(tj.mlp, (tj.mlp_params(), _rand((8, 32), 12))),
+             (tj.transformer_block, (tj.block_params(), _rand((2, 8, 32), 13))),
+             (tj.layernorm, (_rand((2, 16, 8), 14), _rand(8, 15) + 1, _rand(8, 16)))]
+    for fn, args in cases:
+        _assert_matches(sft.jit(fn)(*args), jax.jit(fn)(*args), rtol=1e-4, atol=1e-5)
+    x64 = np.random.default_rng(17).standard_normal((8, 32))
+    compiled = sft.compile(tj.mlp, (tj.mlp_params(), x64))
+    _assert_matches(compiled(tj.mlp_params(), x64), jax.jit(tj.mlp)(tj.mlp_params(), x64), rtol=1e-4, atol=1e-5)

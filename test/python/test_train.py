@@ -579,3 +579,23 @@ def test_train_mode_dropout_trains_as_eager_with_the_same_masks():
     with pytest.raises(sft.SftError, match="Dropout2d.*only nn.Dropout is compiled in train mode"):
         sft.compile_train_step(channel, lambda out, t: out.mean(), SGD(channel.parameters()),
                                (torch.randn(2, 3, 8, 8), torch.zeros(2)))
+
+
+class _DataDependent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        if (x > 0).all():  # decided on the data at trace time
+            return self.linear(x)
+        return self.linear(-x)
+
+
+def test_data_dependent_python_is_one_line_naming_the_source_line():
+    model = _DataDependent()
+    with pytest.raises(sft.SftError, match=r"test_train.py:\d+: .*decides on a tensor's value.*"
+                                           r"if \(x > 0\).all\(\):") as exc:
+        sft.compile_train_step(model, F.mse_loss, torch.optim.SGD(model.parameters(), lr=0.1),
+                               (torch.randn(3, 4), torch.randn(3, 2)))
+    assert "\n" not in str(exc.value)

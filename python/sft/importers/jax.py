@@ -170,7 +170,8 @@ def _flattener(in_tree, specs):
     """`flatten(args)`: a call's positional arguments as the compiled function's flat inputs.
     The call has the example's pytree structure, or passes the leaves themselves (flat). Python
     scalars become arrays of the compiled dtype when JAX would accept them (an int for an int or
-    float input, a float for a float input, a bool for a bool), as `jax.jit`'s weak types do."""
+    float input, a float for a float input, a bool for a bool), as `jax.jit`'s weak types do;
+    numpy arrays are taken in JAX's canonical dtype (float64 as float32 while x64 is off)."""
     import jax
     import jax.numpy as jnp
 
@@ -189,8 +190,13 @@ def _flattener(in_tree, specs):
         leaves, tree = jax.tree_util.tree_flatten(tuple(args))
         if tree != in_tree and tree != flat_tree:
             raise SftError(f"the arguments' structure {tree} differs from the example's {in_tree}")
-        return [np.asarray(x, dtype) if fits(x, dtype) else x
+        return [np.asarray(x, dtype) if fits(x, dtype) or canonical(x, dtype) else x
                 for x, (_, dtype) in zip(leaves, specs)]
+
+    def canonical(value, dtype) -> bool:
+        """A numpy array JAX takes as `dtype` (float64 as float32 while x64 is off)."""
+        return isinstance(value, (np.ndarray, np.generic)) and value.dtype != dtype \
+            and jax.dtypes.canonicalize_dtype(value.dtype) == dtype
 
     return flatten
 

@@ -119,7 +119,33 @@ def import_error(exc: Exception, name: str, what: str) -> SftError:
     if match:
         return SftError(f"unsupported op '{match[1]}' (torch-mlir cannot lower it to linalg)", where)
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    if "_local_scalar_dense" in text or "DataDependent" in type(exc).__name__:
+        frame = _user_frame(exc)
+        if frame is not None:
+            return SftError(f"could not {what}: Python code decides on a tensor's value (.item(), "
+                            f"bool(), .all(), ...) at trace time: `{frame.line}`; compute it "
+                            "without reading values, or state what holds with torch._check",
+                            f"{frame.filename}:{frame.lineno}")
     return SftError(f"could not {what}: {first}", where)
+
+
+def _user_frame(exc: BaseException):
+    """The innermost frame of the user's code (not torch's, torch-mlir's, sft's or Python's
+    own) in the tracebacks of `exc` and the exceptions it came from, or None."""
+    import os
+    import sysconfig
+    import traceback
+
+    skip = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), sysconfig.get_paths()["stdlib"]]
+    skip += [os.path.join(sysconfig.get_paths()["purelib"], p) for p in ("torch", "torch_mlir")]
+    found, seen = None, set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        for frame in traceback.extract_tb(exc.__traceback__):
+            if not any(os.path.abspath(frame.filename).startswith(s) for s in skip):
+                found = frame
+        exc = exc.__cause__ or exc.__context__
+    return found
 
 
 def _refuse_wrong_uint8(prog, model_name: str) -> None:
