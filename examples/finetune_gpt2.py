@@ -12,6 +12,7 @@ LayerNorms, a linear warm-up then linear decay of the learning rate, gradients c
 norm 1.0, and 2 micro-batches accumulated per update.
 
     .venv/bin/python examples/finetune_gpt2.py [--steps 200] [--dropout 0.0] [--plot loss.png]
+    .venv/bin/python examples/finetune_gpt2.py --time [--steps 60]   # step time per entry point
 
 With dropout 0 the three curves agree to rounding; with dropout the compiled step draws its
 masks from its own generator (seeded by torch's), so its curve is compared with the spread of
@@ -87,11 +88,13 @@ def optimizer_and_schedule(model, steps: int):
     return opt, schedule
 
 
-def train_loop(model, data, steps: int) -> list[float]:
-    """The loop as written for eager; with a torch.compile'd model, the same loop."""
+def train_loop(model, data, steps: int, times: list | None = None) -> list[float]:
+    """The loop as written for eager; with a torch.compile'd model, the same loop. `times`
+    gets each step's seconds."""
     opt, schedule = optimizer_and_schedule(model, steps)
     losses = []
     for ids, mask, labels in data:
+        start = time.perf_counter()
         total = 0.0
         for part in zip(ids.chunk(ACCUMULATION), mask.chunk(ACCUMULATION), labels.chunk(ACCUMULATION)):
             loss = lm_loss(model(*part[:2]), part[2]) / ACCUMULATION
@@ -102,17 +105,22 @@ def train_loop(model, data, steps: int) -> list[float]:
         opt.zero_grad()
         schedule.step()
         losses.append(total)
+        if times is not None:
+            times.append(time.perf_counter() - start)
     return losses
 
 
-def compiled_step_loop(model, data, steps: int, search: str) -> list[float]:
+def compiled_step_loop(model, data, steps: int, search: str, times: list | None = None) -> list[float]:
     opt, schedule = optimizer_and_schedule(model, steps)
     step = sft.compile_train_step(model, lm_loss, opt, data[0], search=search, max_grad_norm=1.0,
                                   accumulation_steps=ACCUMULATION)
     losses = []
     for batch in data:
+        start = time.perf_counter()
         losses.append(float(step(*batch)))
         schedule.step()  # read from param_groups at the next call
+        if times is not None:
+            times.append(time.perf_counter() - start)
     step.sync()
     return losses
 
@@ -124,6 +132,46 @@ def timed(label: str, fn):
     return out
 
 
+VARIANTS = ("eager", "inductor", "backend", "step")
+
+
+def time_variant(variant: str, steps: int, dropout: float, search: str) -> float:
+    """Median seconds per training step of one entry point, after its first 5 steps (compiles,
+    Dynamo's recompiles)."""
+    data = list(batches(steps))
+    model = make_model(dropout)
+    times: list[float] = []
+    torch.manual_seed(0)
+    if variant == "step":
+        compiled_step_loop(model, data, steps, search, times)
+    else:
+        options = {"eager": model, "inductor": torch.compile(model),
+                   "backend": torch.compile(model, backend="sft", options={"search": search})}
+        train_loop(options[variant], data, steps, times)
+    steady = sorted(times[5:])
+    return steady[len(steady) // 2]
+
+
+def time_all(args) -> None:
+    """Each entry point in a process of its own, one after another; ratios to eager and to
+    inductor (torch.compile's default backend)."""
+    import json
+    import subprocess
+    import sys
+
+    seconds = {}
+    for variant in VARIANTS:
+        out = subprocess.run([sys.executable, __file__, "--only", variant, "--steps", str(args.steps),
+                              "--dropout", str(args.dropout), "--search", args.search],
+                             capture_output=True, text=True, check=True).stdout
+        seconds[variant] = json.loads(out.strip().splitlines()[-1])["seconds"]
+    print(f"median seconds per step ({args.steps} steps, the first 5 left out), one process each:")
+    for variant in VARIANTS:
+        print(f"  {variant:<9} {seconds[variant] * 1e3:8.2f} ms   eager / this "
+              f"{seconds['eager'] / seconds[variant]:5.2f}x   inductor / this "
+              f"{seconds['inductor'] / seconds[variant]:5.2f}x")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=200)
@@ -131,8 +179,18 @@ def main() -> None:
     p.add_argument("--search", default="none", choices=("none", "model", "verify"))
     p.add_argument("--eager-seeds", type=int, default=3, help="eager runs (dropout's spread)")
     p.add_argument("--plot", default="", help="write the loss curves to this PNG (matplotlib)")
+    p.add_argument("--time", action="store_true", help="time each entry point, a process each")
+    p.add_argument("--only", choices=VARIANTS, help=argparse.SUPPRESS)  # --time's worker
     args = p.parse_args()
     warnings.simplefilter("ignore")
+    if args.only:
+        import json
+
+        print(json.dumps({"seconds": time_variant(args.only, args.steps, args.dropout, args.search)}))
+        return
+    if args.time:
+        time_all(args)
+        return
     data = list(batches(args.steps))
     model = make_model(args.dropout)
     seeds = range(args.eager_seeds if args.dropout else 1)
@@ -168,7 +226,8 @@ def main() -> None:
 
         fig, ax = plt.subplots(figsize=(7, 4))
         for seed, curve in zip(seeds, eager):
-            ax.plot(curve, color="0.6", lw=1, label="PyTorch eager" + (f" (seeds)" if seed == 0 and args.dropout else "") if seed == 0 else None)
+            label = ("PyTorch eager" + (f", {len(eager)} seeds" if args.dropout else "")) if seed == 0 else None
+            ax.plot(curve, color="0.6", lw=1, label=label)
         ax.plot(backend, lw=1, label="torch.compile(backend='sft')")
         ax.plot(step, "--", lw=1, label="sft.compile_train_step")
         ax.set(xlabel="step", ylabel="cross-entropy", yscale="log",
