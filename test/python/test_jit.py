@@ -14,22 +14,12 @@ from sft.errors import SftError
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
-
-def _rand(shape, seed, scale=1.0):
-    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * scale)
+import test_jax  # noqa: E402  (its comparison and its models)
+from test_jax import _rand  # noqa: E402
 
 
 def _assert_matches(got, want, rtol=1e-5, atol=1e-6):
-    got_leaves, got_tree = jax.tree_util.tree_flatten(got)
-    want_leaves, want_tree = jax.tree_util.tree_flatten(want)
-    assert got_tree == want_tree
-    for g, w in zip(got_leaves, want_leaves):
-        assert isinstance(g, jax.Array), type(g)
-        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
-        if jnp.issubdtype(w.dtype, jnp.floating):
-            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    test_jax._assert_matches(got, want, rtol, atol)
 
 
 def mlp(params, x, activation="tanh"):
@@ -157,8 +147,7 @@ def test_flax_optax_training_loop_matches_jax_jit():
 def test_the_jax_front_ends_models_through_sft_jit():
     """The functions test_jax.py compiles with sft.compile (an MLP, a transformer block, a
     layernorm), through sft.jit; and sft.compile takes numpy float64 as JAX does too."""
-    import test_jax as tj
-
+    tj = test_jax
     cases = [(tj.mlp, (tj.mlp_params(), _rand((8, 32), 12))),
              (tj.transformer_block, (tj.block_params(), _rand((2, 8, 32), 13))),
              (tj.layernorm, (_rand((2, 16, 8), 14), _rand(8, 15) + 1, _rand(8, 16)))]

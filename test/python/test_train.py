@@ -498,6 +498,20 @@ def test_counter_based_dropout_keeps_its_rate_and_repeats_per_seed():
     assert not torch.equal(u, uniform(seed + 1, 0, (200, 500)))  # another step
 
 
+def _train_with_counter_masks(ref, batches):
+    """Eager SGD steps of `ref` masking as a compiled step does, each step's seed drawn from
+    torch's generator as the step draws it."""
+    from sft.importers.dropout import counter_dropout, train_mode_dropouts
+
+    opt = SGD(ref.parameters())
+    with counter_dropout(train_mode_dropouts(ref, "ref")) as rng:
+        for x, y in batches:
+            rng.update(seed=torch.randint(0, 1 << 31, (), dtype=torch.int64), site=0)
+            F.cross_entropy(ref(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+
+
 class _DropoutAttention(torch.nn.Module):
     """Attention whose weights drop out inside F.scaled_dot_product_attention, its p held by an
     nn.Dropout, as Hugging Face's default (sdpa) attention does."""
@@ -517,7 +531,7 @@ class _DropoutAttention(torch.nn.Module):
 def test_attention_dropout_trains_as_eager_with_the_same_masks():
     """sdpa's attention dropout gets the step's counter-based masks too (it was refused as a
     random op): the step equals eager masking the same way with the same seeds."""
-    from sft.importers.dropout import _attention_math, counter_dropout, train_mode_dropouts
+    from sft.importers.dropout import _attention_math
 
     q, k, v = torch.randn(3, 2, 2, 5, 8).unbind(0)
     torch.testing.assert_close(_attention_math(q, k, v, None, True, None, False, lambda w: w),
@@ -531,14 +545,8 @@ def test_attention_dropout_trains_as_eager_with_the_same_masks():
     torch.manual_seed(5)
     for batch in batches:
         step(*batch)
-    opt = SGD(ref.parameters())
     torch.manual_seed(5)
-    with counter_dropout(train_mode_dropouts(ref, "ref")) as rng:
-        for x, y in batches:
-            rng.update(seed=torch.randint(0, 1 << 31, (), dtype=torch.int64), site=0)
-            F.cross_entropy(ref(x), y).backward()
-            opt.step()
-            opt.zero_grad()
+    _train_with_counter_masks(ref, batches)
     _close(step.state_dict(), ref.state_dict())
 
 
@@ -546,8 +554,6 @@ def test_train_mode_dropout_trains_as_eager_with_the_same_masks():
     """The step's masks are those of `uniform` at the seed it draws from torch's generator: an
     eager model masking the same way, with the same seeds, ends in the same state; two runs
     from one torch seed are equal, and other dropout kinds are refused."""
-    from sft.importers.dropout import counter_dropout, train_mode_dropouts
-
     def make():
         torch.manual_seed(0)
         return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Dropout(0.3),
@@ -566,14 +572,8 @@ def test_train_mode_dropout_trains_as_eager_with_the_same_masks():
     for name, value in run(batches).items():
         assert torch.equal(value, got[name]), name
     ref = make()
-    opt = SGD(ref.parameters())
     torch.manual_seed(123)
-    with counter_dropout(train_mode_dropouts(ref, "ref")) as rng:
-        for x, y in batches:
-            rng.update(seed=torch.randint(0, 1 << 31, (), dtype=torch.int64), site=0)
-            F.cross_entropy(ref(x), y).backward()
-            opt.step()
-            opt.zero_grad()
+    _train_with_counter_masks(ref, batches)
     _close(got, ref.state_dict())
     channel = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Dropout2d(0.2)).train()
     with pytest.raises(sft.SftError, match="Dropout2d.*only nn.Dropout is compiled in train mode"):

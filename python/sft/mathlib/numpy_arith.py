@@ -31,21 +31,8 @@ class NumpyArith:
     def to_float(i):
         return np.asarray(i).astype(np.float64)
 
-    @staticmethod
-    def shl(i, n):
-        return np.left_shift(i, n)
-
-    @staticmethod
-    def shr(i, n):
-        return np.right_shift(i, n)
-
-    @staticmethod
-    def band(i, j):
-        return np.bitwise_and(i, j)
-
-    @staticmethod
-    def bor(i, j):
-        return np.bitwise_or(i, j)
+    shl, shr = staticmethod(np.left_shift), staticmethod(np.right_shift)  # >> is arithmetic
+    band, bor = staticmethod(np.bitwise_and), staticmethod(np.bitwise_or)
 
 
 def evaluate(name: str, *args: np.ndarray) -> np.ndarray:
