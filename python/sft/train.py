@@ -58,6 +58,13 @@ class TrainStep:
         if len(batch) != self._graph.batch_size:
             raise SftError(f"expected a batch of {self._graph.batch_size} tensors (*inputs, "
                            f"target), got {len(batch)}")
+        shapes = [tuple(getattr(x, "shape", ())) for x in batch]
+        compiled_for = [shape for shape, _ in self._settings.get("batch", [])]
+        if compiled_for and shapes != [tuple(s) for s in compiled_for]:
+            raise SftError(f"the batch's shapes {shapes} are not those the step was compiled for "
+                           f"{[tuple(s) for s in compiled_for]}: compile a step for the last, "
+                           "smaller batch (after step.sync() it starts from where this one is) "
+                           "or drop it (DataLoader(drop_last=True))")
         if _traced_as(self._modules, self._all_params) != self._traced:
             raise SftError("the model's train/eval mode or which parameters require grad changed "
                            "since the step was compiled (both are compiled in); compile the step again")

@@ -152,7 +152,9 @@ def test_cnn_train_mode_batch_norm_sgd_matches_torch():
 
 
 def test_wrong_batch_shape_is_an_error(mlp_sgd):
-    with pytest.raises(sft.SftError, match=r"input 0: expected float32\[8, 32\]"):
+    """A smaller last batch: one line saying what to do."""
+    with pytest.raises(sft.SftError, match=r"\(4, 32\).*not those the step was compiled for.*"
+                                           r"\(8, 32\).*drop_last=True"):
         mlp_sgd[0](torch.randn(4, 32), torch.randint(0, 10, (4,)))
 
 
@@ -599,3 +601,23 @@ def test_data_dependent_python_is_one_line_naming_the_source_line():
         sft.compile_train_step(model, F.mse_loss, torch.optim.SGD(model.parameters(), lr=0.1),
                                (torch.randn(3, 4), torch.randn(3, 2)))
     assert "\n" not in str(exc.value)
+
+
+def test_cumulative_batch_norm_trains_as_eager():
+    """BatchNorm(momentum=None) (a cumulative average: torch's forward reads
+    1 / num_batches_tracked as a Python float) trains as eager."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16, momentum=None),
+                                torch.nn.Linear(16, 3)).train()
+    ref = copy.deepcopy(model)
+    example = (torch.randn(6, 8), torch.randint(0, 3, (6,)))
+    batches = _batches(example, 3, n=3)
+    step = sft.compile_train_step(model, F.cross_entropy, SGD(model.parameters()), example)
+    for batch in batches:
+        step(*batch)
+    opt = SGD(ref.parameters())
+    for x, y in batches:
+        F.cross_entropy(ref(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    _close(step.state_dict(), ref.state_dict())

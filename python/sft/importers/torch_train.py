@@ -103,7 +103,7 @@ def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = 
         raise SftError("the optimizer holds tensors that are not parameters of the model", name)
     try:
         with warnings.catch_warnings(), sdpa_kernel(SDPBackend.MATH), exporting(), \
-                counter_dropout(dropouts) as rng:
+                _cumulative_batch_norms(model), counter_dropout(dropouts) as rng:
             warnings.simplefilter("ignore")
             seed = (torch.tensor(0, dtype=torch.int64),) if dropouts else ()
             joint = _joint(model, loss_fn, (*micro, *seed), fx.get_decomposition_table(), name,
@@ -230,6 +230,38 @@ class _Joint:
     aux: list[str]
     grads: dict      # parameter name -> output names (more than one for a tied parameter)
     mutated: dict    # buffer name -> output name
+
+
+@contextlib.contextmanager
+def _cumulative_batch_norms(model):
+    """Train-mode batch norms with `momentum=None` (a cumulative average of the batch
+    statistics) traced with the average's factor 1 / num_batches_tracked as a tensor: torch's
+    own forward reads it as a Python float (`aten._local_scalar_dense`)."""
+    import torch
+    import torch.nn.functional as F
+
+    def forward_of(bn):
+        def forward(x):
+            bn._check_input_dim(x)
+            bn.num_batches_tracked.add_(1)
+            y = F.batch_norm(x, None, None, bn.weight, bn.bias, True, 0.0, bn.eps)
+            with torch.no_grad():
+                factor = 1.0 / bn.num_batches_tracked
+                dims = [0, *range(2, x.dim())]
+                bn.running_mean.mul_(1 - factor).add_(x.mean(dims) * factor)
+                bn.running_var.mul_(1 - factor).add_(x.var(dims, unbiased=True) * factor)
+            return y
+        return forward
+
+    found = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+             and m.training and m.momentum is None and m.track_running_stats]
+    for bn in found:
+        bn.forward = forward_of(bn)
+    try:
+        yield
+    finally:
+        for bn in found:
+            del bn.forward  # the class's forward again
 
 
 @contextlib.contextmanager
