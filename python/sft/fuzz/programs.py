@@ -13,8 +13,7 @@ a plain numpy RNG (the long campaign). Index maps are kept as text expressions o
 evaluated with numpy on the index grid: one gather serves views, maps, reductions and
 contractions alike. With some probability (P_CALLEE) the first ops go to a private function
 that @main calls. The scalar bodies of maps and reductions are bodies.py's, the view ops
-views.py's; the op generators left here share the builder's state (names, constants, values,
-the op mix) at every line, which is why this file runs a little past 400 lines.
+views.py's, the functions' text (a private callee or not) layout.py's.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ import numpy as np
 
 from .choosers import Chooser
 from .bodies import ScalarBodies
+from .layout import function_text, outlined
 from .views import ViewOps
 from .values import NP_TYPES, Node, Program, Value, amap, gather, identity, segments, ttype
 
@@ -367,37 +367,10 @@ class Builder(ScalarBodies, ViewOps):
                 self.features.add("const-view-of-shared-value")
         inner = [b for b in boundaries if 0 < b < len(self.lines)]
         split = self.ch.pick(inner) if inner and self.ch.flag(P_CALLEE) else None
-        text = self.function_text("main", self.lines, outs) if split is None else self.outlined(split, outs)
+        text = function_text(self, "main", self.lines, outs) if split is None else outlined(self, split, outs)
         dtype = NP_TYPES[self.dtype]
         return Program(text, self.dtype, [a.ref.astype(dtype) for a in self.args],
                        [v.ref for v in outs], [v.err for v in outs], list(self.kinds), set(self.features))
-
-
-    def function_text(self, name: str, lines: list[str], outs: list[Value], private: bool = False) -> str:
-        """`func.func @name` over every input, computing `lines` and returning `outs`."""
-        sig = ", ".join(f"{a.name}: {ttype(a.shape, self.dtype)}" for a in self.args)
-        res = ", ".join(ttype(v.shape, self.dtype) for v in outs)
-        return (f"func.func {'private ' * private}@{name}({sig}) -> ({res}) {{\n" +
-                "\n".join(self.head + lines) + f"\n  return {', '.join(v.name for v in outs)} : {res}\n}}\n")
-
-    def outlined(self, split: int, outs: list[Value]) -> str:
-        """The program with its ops before entry `split` in a private function @part that @main
-        calls (op ids count the callee's ops first, then @main's): what hand-written and
-        exported MLIR often holds, and where two scopes of op ids once disagreed."""
-        by_name = {v.name: v for v in self.values}
-        defined = [m.group(1) for m in (re.match(r"^  (%\w+) = ", e) for e in self.lines[:split]) if m]
-        later = "\n".join(self.lines[split:]) + " " + " ".join(v.name for v in outs)
-        passed = [by_name[n] for n in defined if n in by_name and re.search(re.escape(n) + r"\b", later)]
-        if not passed:
-            return self.function_text("main", self.lines, outs)
-        self.features.add("private-callee")
-        args = ", ".join(a.name for a in self.args)
-        arg_types = ", ".join(ttype(a.shape, self.dtype) for a in self.args)
-        res = ", ".join(ttype(v.shape, self.dtype) for v in passed)
-        call = (f"  {', '.join(v.name for v in passed)} = func.call @part({args}) : "
-                f"({arg_types}) -> ({res})")
-        return (self.function_text("part", self.lines[:split], passed, private=True)
-                + self.function_text("main", [call, *self.lines[split:]], outs))
 
 
 def generate(ch: Chooser, dtype: str | None = None, max_ops: int = 5,
