@@ -8,7 +8,13 @@ from functools import cache
 
 import mpmath
 
-mpmath.mp.dps = 60
+
+def _precise(fn):
+    """`fn` computed at 60 digits, mpmath's global precision left as it was (sympy shares it)."""
+    def wrapped(*args):
+        with mpmath.workdps(60):
+            return fn(*args)
+    return cache(wrapped)
 
 
 def _truncate(value, bits: int) -> float:
@@ -37,14 +43,14 @@ def hi_lo(value) -> tuple[float, float]:
     return hi, float(mpmath.mpf(value) - hi)
 
 
-@cache
+@_precise
 def exp_taylor() -> tuple[float, ...]:
     """1/n! for n = 2..14: exp(r) = 1 + r + r^2 * sum(c[i] r^i) on |r| <= ln2/2, the first term
     left out below 2^-60."""
     return tuple(float(1 / mpmath.factorial(n)) for n in range(2, 15))
 
 
-@cache
+@_precise
 def tanh_taylor() -> tuple[float, ...]:
     """tanh's Taylor coefficients of x^3, x^5, ..., x^43: tanh(x) = x + x^3 * sum(c[i] x^2i) on
     |x| < 0.55, the first term left out below 2^-60 there."""
@@ -52,25 +58,25 @@ def tanh_taylor() -> tuple[float, ...]:
                  for n in range(2, 23))
 
 
-@cache
+@_precise
 def sin_taylor() -> tuple[float, ...]:
     """(-1)^n/(2n+1)! for n = 1..10: sin(r) = r + r^3 * sum(c[i] r^2i) on |r| <= pi/4."""
     return tuple(float((-1) ** n / mpmath.factorial(2 * n + 1)) for n in range(1, 11))
 
 
-@cache
+@_precise
 def cos_taylor() -> tuple[float, ...]:
     """(-1)^n/(2n)! for n = 2..10: cos(r) = 1 - r^2/2 + r^4 * sum(c[i] r^2i) on |r| <= pi/4."""
     return tuple(float((-1) ** n / mpmath.factorial(2 * n)) for n in range(2, 11))
 
 
-@cache
+@_precise
 def atan_taylor() -> tuple[float, ...]:
     """(-1)^n/(2n+1) for n = 1..27: atan(t) = t + t^3 * sum(c[i] t^2i) on |t| <= 7/16."""
     return tuple(float(mpmath.mpf((-1) ** n) / (2 * n + 1)) for n in range(1, 28))
 
 
-@cache
+@_precise
 def erf_taylor() -> tuple[float, ...]:
     """2/sqrt(pi) (-1)^n / (n! (2n+1)) for n = 0..18, the first less 1: erf(x) = x + x * sum(c[i]
     x^2i) on |x| < 0.84375."""
@@ -85,7 +91,7 @@ ERF_INTERVALS = ((0.84375, 1.5), (1.5, 2.5), (2.5, 3.75), (3.75, 6.0))
 ERF_DEGREE = 22
 
 
-@cache
+@_precise
 def erfc_scaled_fits() -> tuple[tuple[float, tuple[float, ...]], ...]:
     """(middle, coefficients low to high) per interval of ERF_INTERVALS."""
     fits = []
@@ -98,7 +104,7 @@ def erfc_scaled_fits() -> tuple[tuple[float, tuple[float, ...]], ...]:
     return tuple(fits)
 
 
-@cache
+@_precise
 def pi_parts() -> dict[str, tuple[float, ...]]:
     pi = mpmath.pi
     return {
@@ -120,7 +126,7 @@ CHUNKS = 48  # 1152 bits of 2/pi: enough for the largest double's exponent and 7
 CHUNK_SCALE = 600  # the chunks are stored times 2^600 (the last would be below 2^-1074)
 
 
-@cache
+@_precise
 def two_over_pi_chunks() -> tuple[float, ...]:
     """2/pi = sum(chunks) / 2^CHUNK_SCALE, chunk j holding bits 24j+1 .. 24j+24 after the
     binary point."""
