@@ -134,9 +134,21 @@ class CompiledModel:
                                         else self._loaded.upload(array))
         return IncompatibleKeys([k for k in specs if k not in state_dict], unknown)
 
-    def state_dict(self) -> dict:
-        """The model's state as it is on the device now, as torch tensors by name."""
-        return {name: to_torch(to_host(value)) for name, value in self._device_state.items()}
+    def state_dict(self, names=None) -> dict:
+        """The model's state as it is on the device now, as torch tensors by name (those in
+        `names` only, where given)."""
+        return {name: to_torch(to_host(value)) for name, value in self._device_state.items()
+                if names is None or name in names}
+
+    def take_state(self, source: "CompiledModel", names) -> None:
+        """This program's state `names` set to `source`'s values on the device (two programs
+        over one state: a data-parallel step's gradient and update programs), through the
+        host where the two run on different drivers."""
+        mine, theirs = self._device(), source._device()
+        for name in names:
+            value = source._device_state[name]
+            self._device_state[name] = (value if mine.driver == theirs.driver
+                                        else mine.upload(to_host(value)))
 
     def __call__(self, *args, **kwargs):
         if kwargs:

@@ -12,6 +12,7 @@ copy through the host); `state_dict()` and `sync()` read it back.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from .api import compile_prepared
@@ -83,6 +84,14 @@ class TrainStep:
     stages = property(lambda self: self.compiled.stages)
     dispatch_count = property(lambda self: self.compiled.dispatch_count)
     seconds = property(lambda self: self.compiled.seconds)
+
+    def rank_times(self) -> list[dict]:
+        """A data-parallel step's (`distributed=True`) median step time of every rank, split
+        into compute and communication, stragglers flagged (`DataParallelProgram.rank_times`;
+        a collective: every rank calls it)."""
+        if not hasattr(self.compiled, "rank_times"):
+            raise SftError("rank_times() is for a step compiled with distributed=True")
+        return self.compiled.rank_times()
 
     @property
     def steps(self) -> int:
@@ -217,7 +226,8 @@ def _home(model, name: str) -> tuple[dict, str]:
 def compile_train_step(model, loss_fn, optimizer, example_batch, target: Target | str = "host",
                        plan: Plan | None = None, search: str = "none",
                        keep_ir: bool = False, max_grad_norm: float | None = None,
-                       accumulation_steps: int = 1) -> TrainStep:
+                       accumulation_steps: int = 1, distributed: bool = False,
+                       bucket_cap_mb: float | None = None, process_group=None) -> TrainStep:
     """Compile one training step of a torch.nn.Module: `loss_fn(model(*inputs), target)`, its
     gradient, and `optimizer`'s update (torch.optim.SGD with momentum, dampening, weight decay,
     nesterov, maximize; Adam; AdamW; any number of parameter groups, each with its own
@@ -243,18 +253,40 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, target: Target 
     `optimizer.step()`, does; batch norm's running statistics advance once per micro-batch, and
     the step returns the micro-batches' mean loss. `plan` and `search` ("none", "model",
     "verify") are those of `sft.compile`; `plan=Plan()` is IREE's own compile of the step.
+
+    `distributed=True` (under `torchrun`, every rank calling it; `process_group` or the default
+    group, initialised with gloo from torchrun's environment where the script did not) compiles
+    a data-parallel step, as `DistributedDataParallel` trains (`sft/distributed/train.py`):
+    `example_batch` is one rank's share, the gradients are averaged over the ranks in buckets
+    of at most `bucket_cap_mb` (by default the size the cost model picks for the link it
+    measures) before the update, rank 0's parameters and buffers are every rank's at the start,
+    and `step.search` gives the predicted compute / communication split; `step.rank_times()`
+    each rank's step times, stragglers flagged. `plan` is then a pair: (the gradient program's,
+    the update program's).
     """
     target = get_target(target)  # before the trace, which can take a while
     start = time.perf_counter()
-    graph = trace_train_step(model, loss_fn, optimizer, example_batch, max_grad_norm=max_grad_norm,
-                             accumulation_steps=accumulation_steps)
     name = f"{type(model).__name__}.train_step"
-    program, module = program_from(graph.linalg, name, graph.signature, graph.state,
-                                   import_seconds=time.perf_counter() - start)
-    compiled = compile_prepared(program, module, target, plan, search, keep_ir)
     settings = {"target": target.name, "max_grad_norm": max_grad_norm,
                 "accumulation_steps": accumulation_steps,
                 "batch": [(tuple(x.shape), str(x.dtype).removeprefix("torch.")) for x in example_batch]}
+    if distributed:
+        from .distributed.train import compile_data_parallel, process_group_of, same_start
+
+        group = process_group_of(process_group, name)
+        same_start(model, optimizer, group)
+        split = trace_train_step(model, loss_fn, optimizer, example_batch, max_grad_norm=max_grad_norm,
+                                 accumulation_steps=accumulation_steps, split=True)
+        program = compile_data_parallel(split, name, target, plan, search, keep_ir, bucket_cap_mb, group)
+        graph = dataclasses.replace(split.gradients, state={**split.gradients.state, **split.update.state})
+        settings.update(distributed=True, bucket_cap_mb=bucket_cap_mb,
+                        update_plan=program.update.plan.to_json())
+        return TrainStep(program, graph, model, optimizer, settings)
+    graph = trace_train_step(model, loss_fn, optimizer, example_batch, max_grad_norm=max_grad_norm,
+                             accumulation_steps=accumulation_steps)
+    program, module = program_from(graph.linalg, name, graph.signature, graph.state,
+                                   import_seconds=time.perf_counter() - start)
+    compiled = compile_prepared(program, module, target, plan, search, keep_ir)
     return TrainStep(compiled, graph, model, optimizer, settings)
 
 
@@ -285,7 +317,11 @@ def load_train_step(path, model, optimizer, loss_fn, keep_ir: bool = False) -> T
                        f"{str(err).splitlines()[0][:160]}", str(path)) from None
     settings = saved["settings"]
     batch = tuple(torch.zeros(shape, dtype=getattr(torch, dtype)) for shape, dtype in settings["batch"])
-    return compile_train_step(model, loss_fn, optimizer, batch, settings["target"],
-                              Plan.from_json(saved["plan"], str(path)), keep_ir=keep_ir,
-                              max_grad_norm=settings["max_grad_norm"],
-                              accumulation_steps=settings["accumulation_steps"])
+    plan = Plan.from_json(saved["plan"], str(path))
+    if settings.get("distributed"):
+        plan = (plan, Plan.from_json(settings["update_plan"], str(path)))
+    return compile_train_step(model, loss_fn, optimizer, batch, settings["target"], plan,
+                              keep_ir=keep_ir, max_grad_norm=settings["max_grad_norm"],
+                              accumulation_steps=settings["accumulation_steps"],
+                              distributed=bool(settings.get("distributed")),
+                              bucket_cap_mb=settings.get("bucket_cap_mb"))

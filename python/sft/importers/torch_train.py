@@ -17,8 +17,6 @@ tensor the step changes. The optimizer's hyper-parameters are inputs after the b
 from __future__ import annotations
 
 import contextlib
-import functools
-import operator
 import warnings
 from dataclasses import dataclass
 
@@ -27,7 +25,8 @@ from ..values import Result, Signature, spec_of
 from .dropout import counter_dropout, train_mode_dropouts
 from .torch import import_error, refuse_random, stateless_import
 from .torch_export import exporting
-from .torch_optim import HYPER, Update, apply_update, optimizer_kind, read_update
+from .torch_optim import Update, optimizer_kind, read_update
+from .torch_step import split_functions, step_function, micro_batch
 
 @dataclass
 class TrainGraph:
@@ -69,13 +68,15 @@ def optimizer_state(optimizer, update: Update, named: dict) -> tuple[dict, float
 
 
 def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = "main",
-                     max_grad_norm: float | None = None, accumulation_steps: int = 1) -> TrainGraph:
+                     max_grad_norm: float | None = None, accumulation_steps: int = 1,
+                     split: bool = False) -> "TrainGraph | SplitTrainGraph":
     """Trace one training step of `model` (in the mode it is in) with `loss_fn(model(*inputs),
     target)` and `optimizer`'s rule, at `example_batch = (*inputs, target)`'s shapes, and lower
     it to linalg-on-tensors. `max_grad_norm`: the gradients are clipped to that global 2-norm
     first, as `torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)` clips them.
     `accumulation_steps` k: the batch runs as k micro-batches (`torch.chunk` along dim 0), the
     gradients of each micro-batch's loss / k summed before the one update (`accumulate`).
+    `split`: two programs, split where the gradients are complete (`SplitTrainGraph`).
     The user's model and optimizer are not changed."""
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -132,7 +133,11 @@ def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = 
             mutated = [b for b in fixed if b in joint.mutated]
             # the trained parameters come back group by group, as the update visits them
             results = [*(k for g in update.groups for k in g.params), *mutated, *slots, "step"]
-            step_fn = _step_function(joint, update, list(state), len(batch), results, max_grad_norm,
+            if split:
+                return _trace_split(joint, update, state, list(trained), list(fixed), slots,
+                                    batch, hyper, seed, mutated, max_grad_norm,
+                                    accumulation_steps, func_name, name)
+            step_fn = step_function(joint, update, list(state), len(batch), results, max_grad_norm,
                                      accumulation_steps, bool(seed))
             gm = make_fx(step_fn,
                          decomposition_table=fx.get_decomposition_table())(*state.values(), *batch, *hyper, *seed)
@@ -148,70 +153,54 @@ def trace_train_step(model, loss_fn, optimizer, example_batch, func_name: str = 
     return TrainGraph(text, signature, state, tuple(trained), tuple(fixed), update, len(batch), bool(seed))
 
 
-_MICRO_SEED_STRIDE = 1_000_003  # micro-batch i draws its masks from seed + i * this
+@dataclass
+class SplitTrainGraph:
+    """A step traced as two programs (`trace_train_step(split=True)`): `gradients` (state: the
+    trained parameters and the buffers; inputs: the batch[, seed]; results: the loss, the
+    loss function's other results, the gradient of each trained parameter in
+    `gradients.parameters` order, then the buffers the forward updates as state) and `update`
+    (state: the trained parameters, the optimizer's state, the step count; inputs: those
+    gradients, then the hyper-parameters; results: the new state)."""
+
+    gradients: TrainGraph
+    update: TrainGraph
 
 
-def micro_batch(batch: tuple, steps, name: str) -> tuple:
-    """The first of `steps` micro-batches of `batch` (each tensor chunked along dim 0), whose
-    shapes the joint graph is traced at; an SftError unless `steps` is a positive int that
-    divides every tensor's first dimension."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise SftError(f"accumulation_steps must be a positive int, not {steps!r}", name)
-    for i, x in enumerate(batch):
-        if steps > 1 and (x.dim() == 0 or x.shape[0] % steps):
-            raise SftError(f"accumulation_steps={steps} must divide example_batch[{i}]'s first "
-                           f"dimension, of shape {tuple(x.shape)}", name)
-    return tuple(x[:x.shape[0] // steps] for x in batch)
-
-
-def _step_function(joint, update: Update, state_names: list[str], batch_size: int,
-                   results: list[str], max_grad_norm: float | None, accumulation_steps: int = 1,
-                   seeded: bool = False):
-    """The step as a function of (*state, *batch, *hyper-parameters) -> (loss, *aux, *the new
-    value of each state tensor named in `results`): the joint graph on each micro-batch in
-    turn (the buffers it updates carried from one to the next), the gradients of loss / k
-    summed as k `backward()` calls accumulate them, clipped where asked, then the update of
-    each group with its own hyper-parameters. The loss returned is the micro-batches' mean.
-    `seeded`: the last argument is the dropout seed, offset per micro-batch."""
+def _trace_split(joint, update: Update, state: dict, trained: list, fixed: list, slots: dict,
+                 batch: tuple, hyper: list, seed: tuple, mutated: list,
+                 max_grad_norm, accumulation_steps: int, func_name: str, name: str) -> SplitTrainGraph:
+    """Trace and import the step's two programs (`SplitTrainGraph`)."""
     import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch_mlir import fx
 
-    per_group = len(HYPER[update.kind])
-    micros = accumulation_steps
-
-    def step_fn(*args):
-        values = dict(zip(state_names, args))
-        batch = args[len(state_names):len(state_names) + batch_size]
-        hyper = args[len(state_names) + batch_size:len(args) - seeded]
-        buffers = {b: values[b] for b in joint.buffers}
-        losses, grads = [], {}
-        for i, micro in enumerate(zip(*(x.chunk(micros) for x in batch))):
-            seed = (args[-1] + i * _MICRO_SEED_STRIDE,) if seeded else ()
-            outs = joint.gm(*[values[p] for p in joint.parameters], *buffers.values(), *micro, *seed)
-            by_name = dict(zip(joint.outputs, outs))
-            buffers.update({b: by_name[o] for b, o in joint.mutated.items()})
-            losses.append(by_name[joint.loss])
-            # a tied parameter's gradient is the sum of its uses'
-            for p, outs_of in joint.grads.items():
-                g = functools.reduce(operator.add, (by_name[o] for o in outs_of))
-                grads[p] = g if p not in grads else grads[p] + g
-        if micros > 1:
-            grads = {p: g / micros for p, g in grads.items()}
-        loss = functools.reduce(operator.add, losses) / micros if micros > 1 else losses[0]
-        step = values["step"]
-        if max_grad_norm is not None:  # torch.nn.utils.clip_grad_norm_'s arithmetic
-            norms = torch.stack([torch.linalg.vector_norm(g, 2) for g in grads.values()])
-            coef = torch.clamp(max_grad_norm / (torch.linalg.vector_norm(norms, 2) + 1e-6), max=1.0)
-            grads = {k: g * coef for k, g in grads.items()}
-        new = {"step": step + 1, **{b: buffers[b] for b in joint.mutated}}
-        for i, group in enumerate(update.groups):
-            h = dict(zip(HYPER[update.kind], hyper[i * per_group:(i + 1) * per_group]))
-            for k in group.params:
-                mine = {slot: values[f"{slot}.{k}"] for slot in update.slots(group)}
-                new[k], mine = apply_update(update, group, h, values[k], grads[k], mine, step)
-                new.update({f"{slot}.{k}": v for slot, v in mine.items()})
-        return (loss, *[by_name[a] for a in joint.aux], *[new[n] for n in results])
-
-    return step_fn
+    grad_state = [*trained, *fixed]
+    update_state = [*trained, *slots, "step"]
+    results = [*(k for g in update.groups for k in g.params), *slots, "step"]
+    gradients_fn, update_fn = split_functions(joint, update, grad_state, update_state, trained,
+                                               len(batch), results, max_grad_norm,
+                                               accumulation_steps, bool(seed))
+    table = fx.get_decomposition_table()
+    # a gradient is shaped as its parameter; another tensor object, or make_fx traces both
+    # arguments as one
+    grads = [torch.zeros_like(state[p]) for p in trained]
+    gm = make_fx(gradients_fn, decomposition_table=table)(*[state[n] for n in grad_state], *batch, *seed)
+    refuse_random(gm.graph, name, "set dropout's p=0")
+    grad_text = stateless_import(gm.graph, gm, func_name)
+    gm = make_fx(update_fn, decomposition_table=table)(*[state[n] for n in update_state], *grads, *hyper)
+    update_text = stateless_import(gm.graph, gm, func_name)
+    specs = lambda names: tuple((n, *spec_of(state[n])) for n in names)  # noqa: E731
+    outputs = [Result("output")] * (1 + len(joint.aux) + len(trained))
+    gradients = TrainGraph(grad_text, Signature(tuple(spec_of(x) for x in (*batch, *seed)),
+                                                (*outputs, *[Result("state", b) for b in mutated]),
+                                                None, specs(grad_state)),
+                           {n: state[n] for n in grad_state}, tuple(trained), tuple(fixed), update,
+                           len(batch), bool(seed))
+    stepped = TrainGraph(update_text, Signature(tuple(spec_of(x) for x in (*grads, *hyper)),
+                                                tuple(Result("state", n) for n in results),
+                                                None, specs(update_state)),
+                         {n: state[n] for n in update_state}, tuple(trained), (), update)
+    return SplitTrainGraph(gradients, stepped)
 
 
 @dataclass

@@ -1,0 +1,2 @@
+"""sft beyond one process: data-parallel training steps on torch.distributed, the collective's
+cost, and the slow rank found."""

@@ -1,0 +1,82 @@
+"""One rank of a data-parallel training run, as a user's torchrun script would be: the tests of
+`test_distributed_train.py` launch it on 2 local ranks (gloo) and compare what each rank saved
+with one process training on the ranks' batches concatenated.
+
+    python worker.py CASE STEPS OUT_DIR [--die-after N]
+
+Each rank trains on its share (`chunk(world)[rank]`) of the same seeded global batches and
+saves {"state", "optimizer", "losses", "rank_times", "report"} to OUT_DIR/rank{r}.pt. With
+`--die-after N`, rank 1 exits abruptly after N steps (a crashed peer).
+"""
+
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import sft
+from sft.errors import SftError
+from sft.models import MLP, GPT2Block
+
+
+def _gpt_loss(logits, targets):
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+# name -> (build, optimizer, loss, global example batch, classes, compile_train_step options)
+CASES = {
+    "mlp": (lambda: MLP((16, 32, 4)),
+            lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+            F.cross_entropy, (torch.randn(8, 16), torch.randint(0, 4, (8,))), 4, {}),
+    "gpt2_block": (lambda: GPT2Block(vocab=64, dim=32, heads=2, max_len=16),
+                   # eps 1e-4: the key projection's bias has a zero gradient in exact arithmetic
+                   # (softmax is shift-invariant), so its gradient is rounding noise (~1e-10),
+                   # which a smaller eps turns into steps of ~lr x 1e-4 that differ with the
+                   # order of the ranks' sum; the real gradients here are 1e-3 and larger
+                   lambda ps: torch.optim.AdamW(ps, lr=1e-2, eps=1e-4, weight_decay=0.1),
+                   _gpt_loss, (torch.randint(0, 64, (4, 8)), torch.randint(0, 64, (4, 8))), 64,
+                   {"max_grad_norm": 1.0}),
+}
+
+
+def batches(example, classes, n, seed=1):
+    """`n` global batches shaped like `example`."""
+    g = torch.Generator().manual_seed(seed)
+    return [tuple(torch.randn(b.shape, generator=g) if b.is_floating_point()
+                  else torch.randint(0, classes, b.shape, generator=g) for b in example)
+            for _ in range(n)]
+
+
+def main(argv):
+    case, steps, out = argv[0], int(argv[1]), argv[2]
+    die_after = int(argv[4]) if len(argv) > 4 and argv[3] == "--die-after" else None
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    build, make_opt, loss_fn, example, classes, options = CASES[case]
+    torch.manual_seed(rank)  # different on every rank: the step must start from rank 0's
+    model = build()
+    opt = make_opt(model.parameters())
+    share = tuple(t.chunk(world)[rank] for t in example)
+    step = sft.compile_train_step(model, loss_fn, opt, share, distributed=True, **options)
+    losses = []
+    for i, batch in enumerate(batches(example, classes, steps)):
+        if die_after is not None and rank == 1 and i == die_after:
+            os._exit(3)  # a crashed rank: no clean-up, no goodbye to the group
+        losses.append(float(step(*(t.chunk(world)[rank] for t in batch))))
+    times = step.rank_times()
+    step.sync()
+    torch.save({"state": model.state_dict(), "optimizer": step.optimizer_state(),
+                "losses": losses, "rank_times": times, "report": step.search.to_text()},
+               os.path.join(out, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except SftError as err:
+        print(f"sft: {err}", file=sys.stderr)
+        sys.exit(1)
