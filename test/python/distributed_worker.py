@@ -2,11 +2,13 @@
 `test_distributed_train.py` launch it on 2 local ranks (gloo) and compare what each rank saved
 with one process training on the ranks' batches concatenated.
 
-    python worker.py CASE STEPS OUT_DIR [--die-after N]
+    python worker.py CASE STEPS OUT_DIR [--die-after N | --dynamo]
 
 Each rank trains on its share (`chunk(world)[rank]`) of the same seeded global batches and
 saves {"state", "optimizer", "losses", "rank_times", "report"} to OUT_DIR/rank{r}.pt. With
-`--die-after N`, rank 1 exits abruptly after N steps (a crashed peer).
+`--die-after N`, rank 1 exits abruptly after N steps (a crashed peer). With `--dynamo`, the
+model is wrapped in DistributedDataParallel and compiled by `torch.compile(backend="sft")`, the
+optimizer eager (DDP's own all-reduce).
 """
 
 import datetime
@@ -53,6 +55,8 @@ def batches(example, classes, n, seed=1):
 def main(argv):
     case, steps, out = argv[0], int(argv[1]), argv[2]
     die_after = int(argv[4]) if len(argv) > 4 and argv[3] == "--die-after" else None
+    if argv[3:] == ["--dynamo"]:
+        return ddp_with_dynamo(case, steps, out)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     build, make_opt, loss_fn, example, classes, options = CASES[case]
@@ -70,6 +74,32 @@ def main(argv):
     step.sync()
     torch.save({"state": model.state_dict(), "optimizer": step.optimizer_state(),
                 "losses": losses, "rank_times": times, "report": step.search.to_text()},
+               os.path.join(out, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def ddp_with_dynamo(case, steps, out):
+    """The torch.compile path: the user's DistributedDataParallel, sft as Dynamo's backend."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    build, make_opt, loss_fn, example, classes, options = CASES[case]
+    torch.manual_seed(rank)
+    model = DistributedDataParallel(build())  # broadcasts rank 0's parameters
+    opt = make_opt(model.parameters())
+    compiled = torch.compile(model, backend="sft")
+    losses = []
+    for batch in batches(example, classes, steps):
+        *inputs, target = (t.chunk(world)[rank] for t in batch)
+        loss = loss_fn(compiled(*inputs), target)
+        loss.backward()
+        if "max_grad_norm" in options:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), options["max_grad_norm"])
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    torch.save({"state": model.module.state_dict(), "losses": losses},
                os.path.join(out, f"rank{rank}.pt"))
     dist.destroy_process_group()
 

@@ -1,5 +1,5 @@
-"""Data-parallel training steps (`compile_train_step(..., distributed=True)`) on 2 local ranks
-with gloo, launched by torchrun as a user would: every rank ends with the same parameters and
+"""Data-parallel training steps (`compile_train_step(..., distributed=True)`, and DDP under
+`torch.compile(backend="sft")`) on 2 local ranks with gloo, launched by torchrun as a user would: every rank ends with the same parameters and
 optimizer state, equal to one process (PyTorch eager) training on the ranks' batches
 concatenated; a rank that dies makes the other fail with one line, never hang."""
 
@@ -70,6 +70,21 @@ def test_two_ranks_match_one_process_on_the_whole_batch(case, tmp_path):
     assert [t["rank"] for t in times] == [0, 1] and all(t["steps"] == STEPS for t in times)
     assert all(t["compute_s"] > 0 and t["communication_s"] > 0 for t in times)
     assert "predicted per step: compute" in ranks[0]["report"]
+
+
+def test_ddp_under_torch_compile_with_the_sft_backend(tmp_path):
+    """The user's DistributedDataParallel compiled by torch.compile(backend="sft"): Dynamo
+    splits the graph at DDP's buckets, DDP's hooks all-reduce the gradients sft computes."""
+    proc = _torchrun("mlp", str(STEPS), str(tmp_path), "--dynamo")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    model, _, losses = _eager("mlp", STEPS)
+    for name, want in model.state_dict().items():
+        assert torch.equal(ranks[0]["state"][name], ranks[1]["state"][name]), name
+        np.testing.assert_allclose(ranks[0]["state"][name].numpy(), want.detach().numpy(),
+                                   rtol=1e-5, atol=1e-5, err_msg=name)
+    np.testing.assert_allclose(np.mean([ranks[0]["losses"], ranks[1]["losses"]], axis=0), losses,
+                               rtol=1e-5)
 
 
 def test_a_rank_that_dies_fails_the_others_in_one_line(tmp_path):
