@@ -20,6 +20,7 @@ def test_speed_table_and_json(tmp_path, capsys):
     for variant in ("eager", "iree", "model", "verify"):
         assert row[f"{variant}_s"] > 0
     assert row["verify_search"]["measured_s"]["program iree-default"] > 0
+    assert 0 < row["bound_s"] < float("inf") and "verify/bound" in printed
 
 
 def test_a_variant_that_fails_to_build_is_recorded_not_fatal():
@@ -67,6 +68,7 @@ def test_train_jax_case_times_every_variant(capsys):
         assert math.isfinite(row[f"{variant}_s"]) and row[f"{variant}_s"] > 0, variant
     for key in ("verify_over_jax_jit", "verify_over_iree", "model_over_jax_jit"):
         assert math.isfinite(row[key]) and row[key] > 0, key
+    assert math.isfinite(row["bound_s"]) and row["bound_s"] > 0
 
 
 def test_dispatches_times_each_kernel_of_both_programs(tmp_path, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -14,6 +15,10 @@ from .iree import Artifact
 from .process import run_group
 
 GPU_DRIVERS = ("cuda", "hip", "vulkan")
+# The parallel executor's worker count in this process and the timing workers it starts (by
+# default one per core): a data-parallel rank sharing the machine with other ranks sets it to
+# its share of the cores, or the ranks' threads would fight over them.
+WORKERS_ENV = "SFT_TASK_WORKERS"
 
 _CONFIGS: dict[str, object] = {}
 
@@ -24,6 +29,9 @@ def _config(driver: str):
     import iree.runtime as rt
 
     if driver not in _CONFIGS:
+        workers = os.environ.get(WORKERS_ENV)
+        if workers and driver == "local-task":  # read when the executor starts: before its config
+            rt.flags.parse_flags(f"--task_topology_max_group_count={int(workers)}")
         try:
             _CONFIGS[driver] = rt.Config(driver)
         except (RuntimeError, ValueError) as err:  # no such device here, or no driver library

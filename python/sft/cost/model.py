@@ -172,6 +172,12 @@ def roofline(flops: float, nbytes: float, target: TargetDesc, cores: int) -> flo
     return max(compute_floor(flops, target, cores), nbytes / bandwidth(nbytes, target, cores))
 
 
+def program_bound(profile: Profile, target: TargetDesc, cores: int) -> float:
+    """Seconds no code beats for a whole program on `cores` cores: the roofline of each of its
+    distinct dispatches, summed (an executable run several times counts once: still a bound)."""
+    return sum(roofline(d.flops, d.bytes, target, cores) for d in profile.dispatches)
+
+
 def untiled_contraction(flops: float, nbytes: float, target: TargetDesc, cores: int) -> float:
     """A contraction the tile space does not cover, at half of peak or its bytes from DRAM."""
     return max(compute_floor(flops, target, cores) / UNTILED_EFFICIENCY, nbytes / target.dram_bandwidth)

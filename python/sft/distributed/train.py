@@ -16,12 +16,14 @@ ranks share a machine), so every rank runs the same program.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import statistics
 import time
 from dataclasses import dataclass, field
 
 from ..api import compile_prepared
+from ..backend.runtime import WORKERS_ENV
 from ..compiled import CompiledModel
 from ..errors import SftError
 from ..importers.torch_train import SplitTrainGraph
@@ -195,6 +197,18 @@ def same_start(model, optimizer, group=None) -> None:
             dist.broadcast(t.data, root(group), group=group)
 
 
+def rank_target(target: Target) -> Target:
+    """`target` as one of torchrun's LOCAL_WORLD_SIZE ranks on this machine has it: on the
+    CPU, its share of the cores, for the cost model and for IREE's parallel executor (whose
+    worker count is set for this process: `backend.runtime.WORKERS_ENV`)."""
+    here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if here <= 1 or target.driver != "local-task":
+        return target
+    cores = max(1, target.desc.cores // here)
+    os.environ[WORKERS_ENV] = str(cores)
+    return dataclasses.replace(target, desc=dataclasses.replace(target.desc, cores=cores))
+
+
 def compile_data_parallel(graph: SplitTrainGraph, name: str, target: Target, plan, search: str,
                           keep_ir: bool, bucket_cap_mb: float | None, group=None) -> DataParallelProgram:
     """Compile the step's two programs on every rank of `group` (rank 0 searches, the others
@@ -202,6 +216,7 @@ def compile_data_parallel(graph: SplitTrainGraph, name: str, target: Target, pla
     or (gradient program's plan, update program's plan)."""
     import torch.distributed as dist
 
+    target = rank_target(target)
     link = measure_link(group)
     ranks = dist.get_world_size(group)
     sizes = [graph.update.state[n].nbytes for n in graph.gradients.parameters]

@@ -86,11 +86,13 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
 
     from ..api import compile as sft_compile
     from ..backend.timing import time_in_processes
+    from .bench_train import bound_seconds, of_bound
 
     rows = []
     header = (f"{'model':<18}{'ok':>3}{'disp':>5}{'space':>7}{'chosen (verify)':>34}{'eager':>8}"
               f"{'t.comp':>8}{'iree':>8}{'model':>8}{'verify':>8}{'verify/iree':>12}"
-              f"{'model/iree':>11}{'model/verify':>13}{'verify/torch':>13}{'control':>9}")
+              f"{'model/iree':>11}{'model/verify':>13}{'verify/torch':>13}{'control':>9}"
+              f"{'bound':>8}{'verify/bound':>13}")
     print(header + "\n" + "-" * len(header), flush=True)
     for name in models:
         case = BENCH_SUITE[name]
@@ -99,8 +101,9 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
             expected = model(*inputs).numpy()
         row = {"model": name, "ok": True}
         for mode in ("model", "verify"):
-            compiled = sft_compile(model, inputs, search=mode)
+            compiled = sft_compile(model, inputs, search=mode, keep_ir=True)
             row["ok"] &= bool(np.allclose(compiled(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5))
+            row["bound_s"] = bound_seconds(compiled.stages.linalg)
             row[f"{mode}_plan"] = json.loads(compiled.plan.to_json())
             row[f"{mode}_search"] = compiled.search.to_dict()
             row["dispatches"] = compiled.dispatch_count
@@ -116,13 +119,14 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
         control = times["iree"] / times["iree_again"] if times.get("iree") and times.get("iree_again") else float("nan")
         row.update(ratios(times), control=control)
         rows.append(row)
-        ms = lambda k: f"{times[k] * 1e3:8.3f}" if times.get(k) else f"{'-':>8}"
+        ms = lambda k: f"{row[k + '_s'] * 1e3:8.3f}" if row.get(k + "_s") else f"{'-':>8}"
         space = row["model_search"].get("space_size_log10", 0.0)
         print(f"{name:<18}{'y' if row['ok'] else 'N':>3}{row['dispatches']:>5}{f'1e{space:.1f}':>7}"
               f"{_chosen(row['verify_search']):>34}{ms('eager')}{ms('torch_compile')}{ms('iree')}"
               f"{ms('model')}{ms('verify')}{row['verify_over_iree']:>11.2f}x{row['model_over_iree']:>10.2f}x"
               f"{row['model_over_verify']:>12.2f}x{row['verify_over_best_torch']:>12.2f}x"
-              f"{row['control']:>8.2f}x", flush=True)
+              f"{row['control']:>8.2f}x{ms('bound')}{of_bound(times.get('verify'), row['bound_s']):>13}",
+              flush=True)
         for variant, err in errors.items():
             print(f"  {variant} failed: {err.strip().splitlines()[-1]}", flush=True)
     summary = summarize(rows)
@@ -135,7 +139,8 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
     print("columns: ms per call (medians of interleaved rounds, one process per variant); "
           "chosen *: replayed from the tuning database; "
           "verify/torch: speed-up over the faster of eager and torch.compile; control: IREE's "
-          "module timed again in another process over the first (1.00x but for noise)")
+          "module timed again in another process over the first (1.00x but for noise); bound: "
+          "the roofline bound on every core, verify/bound: verify's time over it")
     return {"rows": rows, "summary": summary}
 
 

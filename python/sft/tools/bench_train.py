@@ -178,6 +178,10 @@ def _sft_step(name: str, search: str):
     return lambda: step(*arrays)
 
 
+def of_bound(seconds, bound) -> str:
+    return f"{seconds / bound:.1f}x" if seconds and bound else "-"
+
+
 def _matches(case: TrainCase, step, steps: int = 3) -> bool:
     """The compiled step's losses against PyTorch's own steps on a copy of the model."""
     model = case.build()
@@ -204,8 +208,9 @@ def _torch_case(name: str, rounds: int, calls: int, use_torch_compile: bool) -> 
     for mode in ("model", "verify"):  # searched here once; the workers replay it
         model = case.build()
         step = compile_train_step(model, case.loss, case.optimizer(model.parameters()),
-                                  case.batch(), search=mode)
+                                  case.batch(), search=mode, keep_ir=True)
         row["ok"] &= _matches(case, step)
+        row["bound_s"] = bound_seconds(step.stages.linalg)
         row[f"{mode}_plan"] = json.loads(step.plan.to_json())
         row[f"{mode}_search"] = step.search.to_dict() if step.search else {}
         row["dispatches"] = step.dispatch_count
@@ -221,6 +226,17 @@ def _torch_case(name: str, rounds: int, calls: int, use_torch_compile: bool) -> 
     return row
 
 
+def bound_seconds(linalg: str) -> float:
+    """The roofline bound of a program on every core of the host (`cost.model.program_bound`
+    over IREE's default dispatches of `linalg`)."""
+    from ..backend import profile
+    from ..cost.model import program_bound
+    from ..targets import get_target
+
+    target = get_target("host")
+    return program_bound(profile(linalg, target), target.desc, target.desc.cores)
+
+
 def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = True) -> dict:
     """Time one training step of each model in `models` (names of TRAIN_SUITE: torch and JAX
     cases) under every variant; prints a table and returns every number (rows and geomean
@@ -230,7 +246,7 @@ def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = 
 
     header = (f"{'model':<18}{'ok':>3}{'disp':>5}{'chosen (verify)':>34}{'ref':>8}{'t.comp':>8}"
               f"{'iree':>8}{'model':>8}{'verify':>8}{'verify/iree':>12}{'model/iree':>11}"
-              f"{'model/verify':>13}{'verify/ref':>11}{'model/ref':>10}")
+              f"{'model/verify':>13}{'verify/ref':>11}{'model/ref':>10}{'bound':>8}{'verify/bound':>13}")
     print(header + "\n" + "-" * len(header), flush=True)
     rows = []
     for name in models:
@@ -246,7 +262,8 @@ def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = 
               f"{ms('jax_jit' if jax_row else 'eager')}{ms('torch_compile')}{ms('iree')}"
               f"{ms('model')}{ms('verify')}{row['verify_over_iree']:>11.2f}x"
               f"{row['model_over_iree']:>10.2f}x{row['model_over_verify']:>12.2f}x"
-              f"{row[ref[0]]:>10.2f}x{row[ref[1]]:>9.2f}x", flush=True)
+              f"{row[ref[0]]:>10.2f}x{row[ref[1]]:>9.2f}x{ms('bound')}"
+              f"{of_bound(row.get('verify_s'), row.get('bound_s')):>13}", flush=True)
         for variant, err in row["errors"].items():
             print(f"  {variant} failed: {err.strip().splitlines()[-1]}", flush=True)
     summary = summarize(rows)
@@ -256,5 +273,8 @@ def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = 
     print("columns: ms per training step (medians of interleaved rounds, one process per variant); "
           "ref: PyTorch eager (torch rows) or jax.jit (jax_ rows); verify/ref, model/ref: "
           "speed-up over the faster of eager and torch.compile (torch rows), over jax.jit (jax_ "
-          "rows: each variant's state stays on its device, its new values passed back each step)")
+          "rows: each variant's state stays on its device, its new values passed back each step); "
+          "bound: the roofline bound on every core (each dispatch's FLOPs at the calibrated peak "
+          "or its bytes at the bandwidth of where they live), verify/bound: verify's time "
+          "over it")
     return {"rows": rows, "summary": summary}

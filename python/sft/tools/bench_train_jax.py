@@ -285,13 +285,15 @@ def run_case(name: str, rounds: int, calls: int) -> dict:
     from ..api import compile as sft_compile
     from ..backend.timing import time_in_processes
     from .bench_ratios import ratios
+    from .bench_train import bound_seconds
 
     case = JAX_TRAIN_SUITE[name]
     row = {"model": name, "framework": "jax", "ok": True}
     for mode in ("model", "verify"):  # searched here once; the workers replay it
         step, args = step_of(case)
-        compiled = sft_compile(step, args, search=mode, donate_argnums=(0, 1))
+        compiled = sft_compile(step, args, search=mode, donate_argnums=(0, 1), keep_ir=True)
         row["ok"] &= _matches(case, compiled)
+        row["bound_s"] = bound_seconds(compiled.stages.linalg)
         row[f"{mode}_plan"] = json.loads(compiled.plan.to_json())
         row[f"{mode}_search"] = compiled.search.to_dict() if compiled.search else {}
         row["dispatches"] = compiled.dispatch_count
