@@ -52,8 +52,9 @@ def main() -> None:
                   f"{t['communication_s'] * 1e3:17.3f}  {'yes' if t['straggler'] else 'no'}")
         compute = sorted(t["compute_s"] for t in times)[len(times) // 2]
         comm = sorted(t["communication_s"] for t in times)[len(times) // 2]
-        print(f"measured / predicted: compute {compute / report.predicted_compute:.2f}x, "
-              f"communication {comm / report.predicted_communication:.2f}x")
+        ratio = lambda a, b: f"{a / b:.2f}x" if b else "-"  # noqa: E731
+        print(f"measured / predicted: compute {ratio(compute, report.predicted_compute)}, "
+              f"communication {ratio(comm, report.predicted_communication)}")
     dist.destroy_process_group()
 
 

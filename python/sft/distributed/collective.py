@@ -106,6 +106,8 @@ def measure_link(group=None, small: int = 1, large: int = 1 << 20, repeats: int 
         dist.all_reduce(found, op=dist.ReduceOp.MAX, group=group)
         return float(found)
 
+    if ranks == 1:  # nothing moves: the all-reduce is skipped (`allreduce_mean`)
+        return Link(0.0, float("inf"), "one rank: no communication")
     latency = median_seconds(small)
     moved = 2.0 * (ranks - 1) / ranks * large * 4
     bandwidth = moved / max(median_seconds(large) - latency, 1e-9)
@@ -120,6 +122,8 @@ def allreduce_mean(grads: list, buckets: tuple[tuple[int, ...], ...], group=None
     import torch.distributed as dist
 
     ranks, rank = dist.get_world_size(group), dist.get_rank(group)
+    if ranks == 1:
+        return list(grads)
     issued = []
     for bucket in buckets:
         flat = torch.cat([grads[i].reshape(-1) for i in bucket])
