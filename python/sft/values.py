@@ -53,9 +53,10 @@ def aliases(signature: Signature) -> dict[int, int]:
     (argument index -> result index, arguments counted with the state first): the state a
     model updates, and JAX's donated inputs.
 
-    Not written in place (IREE's `iree.abi.output`, what IREE's input phase makes of JAX's
-    donation): measured 15-25% faster on the JAX training steps, but IREE 3.13 computes wrong
-    values with it from the second SGD step on, IREE alone on JAX's StableHLO as well."""
+    Not written in place (IREE's `iree.abi.output` on the argument, what IREE's input phase
+    makes of JAX's donation): IREE 3.13 then writes the new value before the program's last
+    read of the old one (docs/results.md, "State in place"; test_iree_aliasing.py). A separate
+    storage argument per value is right and faster, not yet sft's convention."""
     names = [name for name, _, _ in signature.state]
     found = {}
     for i, result in enumerate(signature.results):
