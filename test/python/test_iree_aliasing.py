@@ -1,8 +1,7 @@
 """Regression tests for issue 19, item 6 ("state in place"): IREE's `iree.abi.output`.
 
 Self-contained (no lit/FileCheck, no files besides this one): needs iree-base-compiler,
-iree-base-runtime and numpy; the JAX tests need jax (skipped without it); the sft test needs
-sft importable (skipped otherwise). Runs in ~30 s on 2 cores.
+iree-base-runtime, numpy, jax and sft. Runs in ~20 s on 2 cores.
 
 What they pin down (IREE 3.13.0, llvm-cpu, local-sync and local-task alike):
 
@@ -28,8 +27,8 @@ import re
 import numpy as np
 import pytest
 
-rt = pytest.importorskip("iree.runtime")
-ic = pytest.importorskip("iree.compiler")
+import iree.compiler as ic
+import iree.runtime as rt
 
 FLAGS = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
          "--iree-llvmcpu-target-cpu=host"]
@@ -181,15 +180,12 @@ def test_separate_storage_argument(name, driver):
 def test_cli_independent_of_python_bindings(tmp_path):
     """The wrong value comes from the compiled program itself: iree-run-module, no Python
     bindings: sum of the old w (ones) is 64, IREE 3.13 gives 57.6 (the updated w, 0.9)."""
-    import shutil
     import subprocess
-    import sys
     from pathlib import Path
 
-    beside = Path(sys.executable).parent / "iree-run-module"  # a venv's bin
-    tool = str(beside) if beside.exists() else shutil.which("iree-run-module")
-    if tool is None:
-        pytest.skip("iree-run-module not found")
+    from iree import _runtime_libs  # iree-base-runtime ships its tools beside its library
+
+    tool = str(Path(_runtime_libs.__file__).parent / "iree-run-module")
     vmfb = tmp_path / "m.vmfb"
     vmfb.write_bytes(ic.compile_str(UPDATE_AND_READ.replace("ATTR", "{iree.abi.output = 0 : index}"),
                                     input_type="stablehlo", extra_args=FLAGS))
@@ -203,7 +199,7 @@ def test_cli_independent_of_python_bindings(tmp_path):
 # -- JAX: a 2-layer MLP's SGD step, the params dict donated ------------------------------------
 
 def _sgd_case():
-    jax = pytest.importorskip("jax")
+    import jax
     jnp = jax.numpy
 
     def loss(p, x, y):
@@ -264,7 +260,7 @@ def test_jax_sgd_separate_storage(driver):
 def test_sft_donated_jax_step_matches_jit():
     """sft's current convention (donation dropped, fresh results, DeviceArrays passed back)."""
     jax, step, p, x, y = _sgd_case()
-    sft = pytest.importorskip("sft")
+    import sft
     model = sft.compile(step, (p, x, y), donate_argnums=(0,))
     ours, ref, worst = p, p, 0.0
     jitted = jax.jit(step)
