@@ -71,9 +71,15 @@ def main(argv):
             os._exit(3)  # a crashed rank: no clean-up, no goodbye to the group
         losses.append(float(step(*(t.chunk(world)[rank] for t in batch))))
     times = step.rank_times()
-    step.sync()
+    step.save(os.path.join(out, f"checkpoint{rank}.pt"))  # syncs into model and opt
+    # a resumed step (the saved plans, no search) starts where this one is
+    fresh = build()
+    resumed = sft.load_train_step(os.path.join(out, f"checkpoint{rank}.pt"), fresh,
+                                  make_opt(fresh.parameters()), loss_fn)
+    same = all(torch.equal(v, resumed.state_dict()[k]) for k, v in step.state_dict().items())
     torch.save({"state": model.state_dict(), "optimizer": step.optimizer_state(),
-                "losses": losses, "rank_times": times, "report": step.search.to_text()},
+                "losses": losses, "rank_times": times, "report": step.search.to_text(),
+                "resumed_same": same, "resumed_plans": (resumed.plan == step.plan)},
                os.path.join(out, f"rank{rank}.pt"))
     dist.destroy_process_group()
 

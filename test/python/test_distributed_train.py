@@ -70,6 +70,7 @@ def test_two_ranks_match_one_process_on_the_whole_batch(case, tmp_path):
     assert [t["rank"] for t in times] == [0, 1] and all(t["steps"] == STEPS for t in times)
     assert all(t["compute_s"] > 0 and t["communication_s"] > 0 for t in times)
     assert "predicted per step: compute" in ranks[0]["report"]
+    assert all(r["resumed_same"] and r["resumed_plans"] for r in ranks)  # save / load_train_step
 
 
 def test_ddp_under_torch_compile_with_the_sft_backend(tmp_path):
