@@ -22,7 +22,7 @@ def count_opaque(sft_text: str) -> int:
 
 def compile(model, example_inputs=(), target: Target | str = "host", plan: Plan | None = None,
             search: str = "none", keep_ir: bool = False, precision: str = "f32",
-            donate_argnums: tuple[int, ...] = ()) -> CompiledModel:
+            donate_argnums: tuple[int, ...] = (), farm=None) -> CompiledModel:
     """Compile a torch.nn.Module or a JAX function (with example inputs), MLIR text or an .mlir
     file for `target` (a name from `sft targets`: host, cuda:sm_80, cuda:sm_90, rocm:gfx942,
     vulkan:rdna3, or a Target).
@@ -49,11 +49,18 @@ def compile(model, example_inputs=(), target: Target | str = "host", plan: Plan 
     `sft.DeviceArray`s that stay on the device: pass them to the next call and the state never
     crosses to the host (`np.asarray(a)` or `jnp.asarray(a)` reads one). A DeviceArray passed
     as a donated argument is deleted by the call, as a donated JAX array is.
+
+    `farm` sends search="verify"'s candidate compiles and timings to a Ray cluster (`pip
+    install -e '.[farm]'`): "local" or "local:N" (a cluster on this machine, N workers),
+    "auto" (the cluster `ray start` runs here), "ray://host:port" (a remote one), or a
+    `sft.backend.farm.Farm`. Compiles run on any worker that builds the same code; each
+    comparison is timed on one worker whose machine is the target's (`backend/farm.py`). None
+    (the default) takes $SFT_RAY_ADDRESS where it is set; "" runs verify here even then.
     """
     target = get_target(target)  # before the import, which can take a while
     check_precision(precision, search)
     compiled = compile_prepared(*prepare(model, example_inputs, donate_argnums), target, plan,
-                                search, keep_ir, precision)
+                                search, keep_ir, precision, farm)
     if hasattr(model, "modules") and hasattr(model, "training"):  # a torch module
         compiled.watch_mode(model)
     compiled.inference_only = True
@@ -61,10 +68,11 @@ def compile(model, example_inputs=(), target: Target | str = "host", plan: Plan 
 
 
 def compile_prepared(program: Program, module, target: Target, plan: Plan | None = None,
-                     search: str = "none", keep_ir: bool = False, precision: str = "f32") -> CompiledModel:
+                     search: str = "none", keep_ir: bool = False, precision: str = "f32",
+                     farm=None) -> CompiledModel:
     """`compile` of a prepared program (`module` is its raised sft module, consumed)."""
     plan, report, lowered, planned, artifact = compile_program(program, module, target, plan, search,
-                                                               precision)
+                                                               precision, farm)
     stages = Stages(program.linalg, program.sft_text, lowered, planned) if keep_ir else Stages()
     return CompiledModel(artifact, plan, program.signature, program.state, stages,
                          count_opaque(program.sft_text), report, program.entry, program.seconds)

@@ -7,7 +7,8 @@ iree-benchmark-module, single-threaded so that the numbers are stable. Program: 
 sets, with the measured tiles, are compiled whole and timed on real inputs beside IREE's default.
 A candidate that fails to compile, crashes, times out, or computes NaN or inf where IREE's default
 does not, is recorded as failed and skipped; the tuning database keeps every measurement, so a
-second run replays them.
+second run replays them. Given a farm (`backend/farm.py`), both levels compile on a Ray
+cluster's workers and time each comparison on one worker of the target's machine.
 """
 
 from __future__ import annotations
@@ -82,47 +83,74 @@ class KernelMeasurement:
 
 
 def measure_candidates(kernel: Kernel, space, indices, target: Target, db: TuningDB,
-                       predicted: dict | None = None, rounds: int = 3, progress=None) -> dict:
+                       predicted: dict | None = None, rounds: int = 3, progress=None,
+                       farm=None) -> dict:
     """Seconds per call of the kernel alone under each candidate index (None: failed), from
-    the tuning database where known, else compiled and timed (and recorded)."""
+    the tuning database where known, else compiled and timed (and recorded); on `farm` (a
+    `backend.farm.Farm`) where given."""
     workload, tkey = kernel.key(), target.key(SEARCH_REVISION)
     known = db.measurements(workload, tkey)
     predicted = predicted or {}
-    seconds, variants = {}, {}
+    seconds, variants, jobs = {}, {}, {}
     for index in indices:
         config = space.config(index)
         if canonical(config) in known:
             seconds[index] = known[canonical(config)]
-            continue
-        try:
-            variants[index] = Variant(compile_module(kernel_program(kernel, config), target),
-                                      target.kernel_driver)
-        except SftError:
+        else:
+            jobs[index] = (kernel_program(kernel, config), ())
+    for index, built in compile_all(jobs, target, farm).items():
+        if isinstance(built, SftError):
             seconds[index] = None
-            db.record_measurement(workload, tkey, canonical(config), predicted.get(index), None)
+            config = canonical(space.config(index))
+            db.record_measurement(workload, tkey, config, predicted.get(index), None)
+        else:
+            variants[index] = Variant(built, target.kernel_driver)
     if variants:
         # Kernels alone run inline (the host's local-sync): timed by their CPU time, robust to
         # the other processes of a shared machine.
-        for index, value in benchmark(variants, kernel_inputs(kernel), rounds=rounds,
-                                      progress=progress, cpu_time=True).items():
+        if farm is None:
+            timed = benchmark(variants, kernel_inputs(kernel), rounds=rounds, progress=progress,
+                              cpu_time=True)
+        else:
+            timed = farm.benchmark(target, variants, kernel_inputs(kernel), rounds, cpu_time=True)
+            if progress:
+                progress(len(variants) * rounds)
+        for index, value in timed.items():
             seconds[index] = value
             db.record_measurement(workload, tkey, canonical(space.config(index)), predicted.get(index), value)
     return seconds
 
 
+def compile_all(jobs: dict, target: Target, farm=None) -> dict:
+    """name -> Artifact for each `name -> (text, flags)`, an SftError in place of those that
+    failed to compile: on `farm`'s workers side by side where given, else here one by one."""
+    if farm is not None:
+        return farm.compile(jobs, target)
+    built = {}
+    for name, (text, flags) in jobs.items():
+        try:
+            built[name] = compile_module(text, target, flags)
+        except SftError as e:
+            built[name] = e
+    return built
+
+
 def measure_kernel(choice: KernelChoice, target: Target, db: TuningDB,
-                   top_k: int = 3, progress=None) -> KernelMeasurement:
-    """Time the top-k predicted candidates and IREE's default of one kernel, alone."""
+                   top_k: int = 3, progress=None, farm=None) -> KernelMeasurement:
+    """Time the top-k predicted candidates and IREE's default of one kernel, alone (on `farm`
+    where given)."""
     indices = list(dict.fromkeys([*choice.ranked[:top_k], 0]))
     seconds = measure_candidates(choice.kernel, choice.space, indices, target, db,
-                                 dict(zip(choice.ranked, choice.predicted)), progress=progress)
+                                 dict(zip(choice.ranked, choice.predicted)), progress=progress,
+                                 farm=farm)
     ok = {i: s for i, s in seconds.items() if s is not None}
     return KernelMeasurement(_significant_best(ok, 0) if ok else 0, seconds)
 
 
 def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            db: TuningDB, top_options: int = TOP_OPTIONS, top_k: int = 3, rounds: int = 5,
-           progress=None, keep: tuple[int, ...] = (), resident: tuple[int, ...] = ()) -> Plan:
+           progress=None, keep: tuple[int, ...] = (), resident: tuple[int, ...] = (),
+           farm=None) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles;
     the best of each driver, fusion and convolution strategy among them) and IREE's default.
     `lower_plan(plan)` gives the program text a plan compiles from. Programs are timed on
@@ -133,28 +161,34 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     if tiled is not None:
         picked = []
         for choice in tiled.kernels:
-            result = measure_kernel(choice, target, db, top_k, progress=progress)
+            result = measure_kernel(choice, target, db, top_k, progress=progress, farm=farm)
             for index, seconds in result.seconds.items():
                 report.measured[f"op {choice.kernel.op_id} candidate {index}"] = seconds
             if result.best != 0:
                 picked.append((choice.kernel.op_id, choice.space.config(result.best)))
         tiles = tuple(picked)
     candidates = program_candidates(report, tiles, top_options)
-    variants, plans, texts = {}, {}, {}
+    variants, plans, texts, jobs = {}, {}, {}, {}
     for name, plan in candidates.items():
         # Option sets differ in flags and driver, not in the program: lower each program once.
         program = dataclasses.replace(plan, flags=(), driver="")
         try:
             if program not in texts:
                 texts[program] = lower_plan(program)
-            variants[name] = Variant(compile_module(texts[program], target, plan.flags), plan.driver)
-            plans[name] = plan
+            jobs[name] = (texts[program], plan.flags)
         except SftError:
             report.measured[f"program {name}"] = None
+    for name, built in compile_all(jobs, target, farm).items():
+        if isinstance(built, SftError):
+            report.measured[f"program {name}"] = None
+        else:
+            variants[name], plans[name] = Variant(built, candidates[name].driver), candidates[name]
     # Programs are timed the way they are used, called from Python through iree.runtime, each
     # in a process of its own: which driver wins depends on the caller's thread too.
-    timings = time_variants({name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident))
-                             for name, v in variants.items()}, rounds, calls=20)
+    builders = {name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident))
+                for name, v in variants.items()}
+    timings = (time_variants(builders, rounds, calls=20) if farm is None
+               else farm.time_variants(target, builders, rounds, calls=20))
     if progress:
         progress(len(variants) * rounds)
     dropped = non_finite_candidates({k: t.finite for k, t in timings.items()})

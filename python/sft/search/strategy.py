@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from tqdm import tqdm
 
 from ..backend import compile_module, profile
+from ..backend.farm import connect
 from ..backend.iree import Artifact
 from ..backend.runtime import check_driver
 from ..cost.trust import decision_kinds
@@ -193,10 +194,11 @@ def _db_key(target: Target, precision: str) -> str:
 
 
 def searched_plan(program: Program, target: Target, search: str,
-                  db: TuningDB, precision: str = "f32") -> tuple[Plan, SearchReport]:
+                  db: TuningDB, precision: str = "f32", farm=None) -> tuple[Plan, SearchReport]:
     """search="model" or "verify": replayed from the tuning database when this program's
     structure was searched before on this target and compiler (and precision), else searched
-    (and recorded)."""
+    (and recorded). verify runs on `farm` (a Ray address or `backend.farm.Farm`; None:
+    $SFT_RAY_ADDRESS where set, else here)."""
     check_precision(precision, search)
     tkey = _db_key(target, precision)
     hit = db.lookup_plan(program.workload, tkey, search)
@@ -210,6 +212,7 @@ def searched_plan(program: Program, target: Target, search: str,
             return Plan.from_json(hit[0]), report
         except (SftError, ValueError, AttributeError):
             pass  # a stored record that no longer reads: search again, and overwrite it
+    farm = connect(farm) if search == "verify" else None  # before the search: fail fast
     plan, report = search_plan(program.sft_text, target, precision)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
@@ -217,17 +220,17 @@ def searched_plan(program: Program, target: Target, search: str,
             text_of = lambda p: program.linalg if p.as_imported else lower(program.module(), p, target)[1]  # noqa: E731
             plan = verify(report, text_of, target,
                           program.timing_inputs(), db, progress=bar.update,
-                          keep=keep, resident=resident)
+                          keep=keep, resident=resident, farm=farm)
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
 
 
 def compile_program(program: Program, module, target: Target, plan: Plan | None = None,
-                    search: str = "none", precision: str = "f32",
+                    search: str = "none", precision: str = "f32", farm=None,
                     ) -> tuple[Plan, SearchReport | None, str, str, Artifact]:
     """Plan (given, searched or empty), lower and compile a prepared program; `module` is its
     raised sft module, consumed. Returns (plan, report, lowered, planned, artifact).
-    `precision` as in `compile`."""
+    `precision` and `farm` as in `compile`."""
     if search not in ("none", "model", "verify"):
         raise SftError(f"search must be 'none', 'model' or 'verify', not {search!r}")
     check_precision(precision, search)
@@ -236,7 +239,7 @@ def compile_program(program: Program, module, target: Target, plan: Plan | None 
     report, seconds = None, program.seconds
     start = time.perf_counter()
     if plan is None and search != "none":
-        plan, report = searched_plan(program, target, search, TuningDB(), precision)
+        plan, report = searched_plan(program, target, search, TuningDB(), precision, farm)
         seconds["search"] = time.perf_counter() - start
     plan = plan or Plan()
     try:
