@@ -84,6 +84,20 @@ def main(argv):
     dist.destroy_process_group()
 
 
+def eager_steps(forward, model, opt, loss_fn, options, data) -> list[float]:
+    """PyTorch's own training loop over `data` (clipping where `options` ask); the losses."""
+    losses = []
+    for *inputs, target in data:
+        loss = loss_fn(forward(*inputs), target)
+        loss.backward()
+        if "max_grad_norm" in options:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), options["max_grad_norm"])
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
 def ddp_with_dynamo(case, steps, out):
     """The torch.compile path: the user's DistributedDataParallel, sft as Dynamo's backend."""
     from torch.nn.parallel import DistributedDataParallel
@@ -95,16 +109,8 @@ def ddp_with_dynamo(case, steps, out):
     model = DistributedDataParallel(build())  # broadcasts rank 0's parameters
     opt = make_opt(model.parameters())
     compiled = torch.compile(model, backend="sft")
-    losses = []
-    for batch in batches(example, classes, steps):
-        *inputs, target = (t.chunk(world)[rank] for t in batch)
-        loss = loss_fn(compiled(*inputs), target)
-        loss.backward()
-        if "max_grad_norm" in options:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), options["max_grad_norm"])
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
+    shares = [tuple(t.chunk(world)[rank] for t in b) for b in batches(example, classes, steps)]
+    losses = eager_steps(compiled, model, opt, loss_fn, options, shares)
     torch.save({"state": model.module.state_dict(), "losses": losses},
                os.path.join(out, f"rank{rank}.pt"))
     dist.destroy_process_group()

@@ -3,7 +3,6 @@
 optimizer state, equal to one process (PyTorch eager) training on the ranks' batches
 concatenated; a rank that dies makes the other fail with one line, never hang."""
 
-import copy
 import os
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from sft.distributed.collective import Buckets, Link, allreduce_seconds, choose_
 from sft.errors import SftError
 
 sys.path.insert(0, str(Path(__file__).parent))
-from distributed_worker import CASES, batches  # noqa: E402
+from distributed_worker import CASES, batches, eager_steps  # noqa: E402
 
 WORKER = Path(__file__).parent / "distributed_worker.py"
 STEPS = 10
@@ -37,16 +36,7 @@ def _eager(case: str, steps: int):
     torch.manual_seed(0)  # rank 0's seed: the data-parallel step starts from rank 0's model
     model = build()
     opt = make_opt(model.parameters())
-    losses = []
-    for *inputs, target in batches(example, classes, steps):
-        loss = loss_fn(model(*inputs), target)
-        loss.backward()
-        if "max_grad_norm" in options:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), options["max_grad_norm"])
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    return model, opt, losses
+    return model, opt, eager_steps(model, model, opt, loss_fn, options, batches(example, classes, steps))
 
 
 @pytest.mark.parametrize("case", ["mlp", "gpt2_block"])
