@@ -32,7 +32,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..models import BENCH_SUITE, LARGE_SUITE
-from .bench_ratios import ratios, summarize
+from .bench_ratios import bound_seconds, of_bound, ratios, summarize
 from .opt import run_tool
 
 
@@ -86,7 +86,6 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
 
     from ..api import compile as sft_compile
     from ..backend.timing import time_in_processes
-    from .bench_train import bound_seconds, of_bound
 
     rows = []
     header = (f"{'model':<18}{'ok':>3}{'disp':>5}{'space':>7}{'chosen (verify)':>34}{'eager':>8}"

@@ -1,5 +1,6 @@
-"""The speed-up ratios every benchmark table reports, and their geometric means (one home, so
-that `sft-bench speed`, `train` and the JAX rows compute them alike)."""
+"""The speed-up ratios every benchmark table reports, their geometric means and the roofline
+bound column (one home, so that `sft-bench speed`, `train` and the JAX rows compute them
+alike)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,19 @@ def ratios(times: dict) -> dict:
 
 def summarize(rows: list[dict]) -> dict:
     return {key: geomean([r[key] for r in rows]) for key in RATIOS}
+
+
+def bound_seconds(linalg: str) -> float:
+    """The roofline bound of a program on every core of the host (`cost.model.program_bound`
+    over IREE's default dispatches of `linalg`): the "bound" column of every table."""
+    from ..backend import profile
+    from ..cost.model import program_bound
+    from ..targets import get_target
+
+    target = get_target("host")
+    return program_bound(profile(linalg, target), target.desc, target.desc.cores)
+
+
+def of_bound(seconds, bound) -> str:
+    """`seconds` as a multiple of `bound` ("-" where either is missing)."""
+    return f"{seconds / bound:.1f}x" if seconds and bound else "-"

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from .bench_ratios import geomean, ratios, summarize
+from .bench_ratios import bound_seconds, geomean, of_bound, ratios, summarize
 from .bench_train_jax import JAX_TRAIN_SUITE
 
 
@@ -178,10 +178,6 @@ def _sft_step(name: str, search: str):
     return lambda: step(*arrays)
 
 
-def of_bound(seconds, bound) -> str:
-    return f"{seconds / bound:.1f}x" if seconds and bound else "-"
-
-
 def _matches(case: TrainCase, step, steps: int = 3) -> bool:
     """The compiled step's losses against PyTorch's own steps on a copy of the model."""
     model = case.build()
@@ -224,17 +220,6 @@ def _torch_case(name: str, rounds: int, calls: int, use_torch_compile: bool) -> 
     row.update(ratios(times), model_over_best_torch=best / times["model"]
                if best and times.get("model") else float("nan"))
     return row
-
-
-def bound_seconds(linalg: str) -> float:
-    """The roofline bound of a program on every core of the host (`cost.model.program_bound`
-    over IREE's default dispatches of `linalg`)."""
-    from ..backend import profile
-    from ..cost.model import program_bound
-    from ..targets import get_target
-
-    target = get_target("host")
-    return program_bound(profile(linalg, target), target.desc, target.desc.cores)
 
 
 def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = True) -> dict:

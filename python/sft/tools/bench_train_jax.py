@@ -284,8 +284,7 @@ def run_case(name: str, rounds: int, calls: int) -> dict:
     timed in a process of its own. Returns its row (medians in `<variant>_s`, ratios)."""
     from ..api import compile as sft_compile
     from ..backend.timing import time_in_processes
-    from .bench_ratios import ratios
-    from .bench_train import bound_seconds
+    from .bench_ratios import bound_seconds, ratios
 
     case = JAX_TRAIN_SUITE[name]
     row = {"model": name, "framework": "jax", "ok": True}
