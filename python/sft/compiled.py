@@ -13,7 +13,8 @@ from .backend.iree import Artifact
 from .backend.runtime import to_host
 from .errors import SftError
 from .plan import Plan
-from .values import DeviceArray, Signature, assemble, check_inputs, to_numpy, to_torch
+from .values import (DeviceArray, Signature, argument_specs, assemble, check_inputs,
+                     storage_pairs, to_numpy, to_torch)
 
 if TYPE_CHECKING:
     from .search import SearchReport
@@ -61,6 +62,11 @@ class CompiledModel:
         # set by sft.compile: its outputs leave autograd, so an input that requires grad is refused
         self.inference_only = False
         self._device_state: dict = {}  # name -> device array, or a host array not yet uploaded
+        # (argument, result) of each output storage argument the module takes, and per result
+        # the buffer its next call writes it into: the one that held the value before the old
+        # one (`passes.output_storage`; two buffers per value, taking turns)
+        self._storage_pairs = storage_pairs(self.signature) if self.artifact.target.state_in_place else []
+        self._spare: dict[int, object] = {}
         try:  # loaded now where its device is here: the state goes straight to it, uncopied
             self._device()
         except SftError:
@@ -95,7 +101,8 @@ class CompiledModel:
     def save(self, path) -> None:
         """Write the compiled module (.vmfb) to `path`; run it with IREE's tools or runtime on
         the target's driver (the model's state, if any, comes first among its arguments, in
-        the order of `signature.state`)."""
+        the order of `signature.state`; on a target that writes state in place, one storage
+        argument per updated value follows the inputs, `passes.output_storage`)."""
         try:
             with open(path, "wb") as f:
                 f.write(self.artifact.vmfb)
@@ -164,7 +171,9 @@ class CompiledModel:
         loaded = self._device()
         arrays = check_inputs(args, self.signature.inputs, loaded.driver)
         state = [self._device_state[name] for name, _, _ in self.signature.state]
-        outs = loaded.call_on_device(*state, *arrays)
+        flat = [*state, *arrays]
+        outs = loaded.call_on_device(*flat, *self._storage(loaded))
+        self._recycle(flat)
         host = []
         for result, out in zip(self.signature.results or [None] * len(outs), outs):
             if result is not None and result.kind == "state":  # a buffer the model updates
@@ -177,6 +186,29 @@ class CompiledModel:
             else:
                 host.append(to_host(out))
         return assemble(host, args, self.signature)
+
+
+    def _storage(self, loaded) -> list:
+        """The buffers this call's replaced values are written into: each result's spare, or
+        a new one on the first call."""
+        specs = argument_specs(self.signature)
+        found = []
+        for argument, result in self._storage_pairs:
+            spare = self._spare.pop(result, None)
+            found.append(spare if spare is not None else loaded.allocate(*specs[argument]))
+        return found
+
+    def _recycle(self, flat: list) -> None:
+        """The buffers that held the values this call replaced become the next call's storage:
+        the old state (this model's own: its readers, `state_dict`, copy) and donated inputs
+        (deleted for the caller). A host array is not one (IREE copied it in); a buffer passed
+        for two values serves one."""
+        seen = set()
+        for argument, result in self._storage_pairs:
+            old = flat[argument]
+            if not isinstance(old, np.ndarray) and id(old) not in seen:
+                seen.add(id(old))
+                self._spare[result] = old
 
 
 def _refuse_autograd(args) -> None:

@@ -150,12 +150,13 @@ def measure_kernel(choice: KernelChoice, target: Target, db: TuningDB,
 def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            db: TuningDB, top_options: int = TOP_OPTIONS, top_k: int = 3, rounds: int = 5,
            progress=None, keep: tuple[int, ...] = (), resident: tuple[int, ...] = (),
-           farm=None) -> Plan:
+           storage: tuple = (), farm=None) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles;
     the best of each driver, fusion and convolution strategy among them) and IREE's default.
     `lower_plan(plan)` gives the program text a plan compiles from. Programs are timed on
     `inputs` as the compiled object calls them: those at `resident` (the model's state, donated
-    inputs) uploaded once, the results at `keep` (a training step's new state) left there."""
+    inputs) uploaded once, the results at `keep` (a training step's new state) left there, and
+    output storage of the `storage` specs passed after the arguments."""
     tiles = ()
     tiled = next((o for o in report.ranked if o.options.keeps_tiles), None)
     if tiled is not None:
@@ -185,7 +186,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
             variants[name], plans[name] = Variant(built, candidates[name].driver), candidates[name]
     # Programs are timed the way they are used, called from Python through iree.runtime, each
     # in a process of its own: which driver wins depends on the caller's thread too.
-    builders = {name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident))
+    builders = {name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident, storage))
                 for name, v in variants.items()}
     timings = (time_variants(builders, rounds, calls=20) if farm is None
                else farm.time_variants(target, builders, rounds, calls=20))

@@ -17,9 +17,10 @@ from .passes import LowerPass, RaisePass, VerifyPass
 from .decisions.kind import IREE, SFT
 from .passes.apply_plan import DropOpIdsPass
 from .passes.f64_math import ExpandF64MathPass
+from .passes.output_storage import OutputStoragePass
 from .plan import Plan
 from .targets.base import Target
-from .values import NP_TYPES, Signature, aliases, to_numpy
+from .values import NP_TYPES, Signature, aliases, argument_specs, storage_pairs, to_numpy
 
 
 def to_sft(linalg_text: str, filename: str = "<input>"):
@@ -165,12 +166,30 @@ class Program:
                   else np.zeros(shape, dtype) for shape, dtype in self.signature.inputs]
         return [*self.state.values(), *inputs]
 
-    def timing_layout(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """(keep, resident) to time the program as the compiled object calls it
+    def timing_layout(self, target: Target) -> tuple[tuple[int, ...], tuple[int, ...], tuple]:
+        """(keep, resident, storage) to time the program as the compiled object calls it
         (`backend.timing.loaded_call`): the results that are new state stay on the device; the
-        state and the donated arguments are uploaded once."""
+        state and the donated arguments are uploaded once; the (shape, dtype) of each output
+        storage argument `for_iree` adds."""
         carried = aliases(self.signature)
-        return tuple(carried.values()), tuple(sorted({*range(len(self.state)), *carried}))
+        specs = argument_specs(self.signature)
+        storage = tuple(specs[a] for a, _ in self.storage_pairs(target))
+        return tuple(carried.values()), tuple(sorted({*range(len(self.state)), *carried})), storage
+
+    def storage_pairs(self, target: Target) -> list[tuple[int, int]]:
+        """(argument, result) of each output storage argument the program takes on `target`."""
+        return storage_pairs(self.signature) if target.state_in_place else []
+
+    def for_iree(self, text: str, target: Target) -> str:
+        """`text` (the program lowered under a plan, or as imported) as IREE compiles it for
+        `target`: with an output storage argument per value a call replaces, where the target
+        writes them in place (`Target.state_in_place`, `passes.output_storage`)."""
+        pairs = self.storage_pairs(target)
+        if not pairs:
+            return text
+        module = ir.parse(ir.iree_ir.Context(), text, self.name)
+        OutputStoragePass(self.entry, tuple(r for _, r in pairs))(module)
+        return ir.print_module(module)
 
 
 def prepare(model, example_inputs=(), donate_argnums=()) -> tuple[Program, object]:

@@ -55,8 +55,9 @@ def aliases(signature: Signature) -> dict[int, int]:
 
     Not written in place (IREE's `iree.abi.output` on the argument, what IREE's input phase
     makes of JAX's donation): IREE 3.13 then writes the new value before the program's last
-    read of the old one (docs/results.md, "State in place"; test_iree_aliasing.py). A separate
-    storage argument per value is right and faster, not yet sft's convention."""
+    read of the old one (docs/results.md, "State in place"; test_iree_aliasing.py). Where the
+    target says so (`Target.state_in_place`), each such result gets a storage argument of its
+    own instead (`passes.output_storage`, `storage_pairs`)."""
     names = [name for name, _, _ in signature.state]
     found = {}
     for i, result in enumerate(signature.results):
@@ -65,6 +66,17 @@ def aliases(signature: Signature) -> dict[int, int]:
         elif result.kind == "device":
             found[len(names) + result.value] = i
     return found
+
+
+def storage_pairs(signature: Signature) -> list[tuple[int, int]]:
+    """(argument, result) of every value a call replaces (`aliases`), in result order: the
+    order of the storage arguments `passes.output_storage` appends."""
+    return sorted(aliases(signature).items(), key=lambda pair: pair[1])
+
+
+def argument_specs(signature: Signature) -> list[tuple[tuple[int, ...], np.dtype]]:
+    """(shape, dtype) of every argument: the state's, then the inputs'."""
+    return [*((shape, dtype) for _, shape, dtype in signature.state), *signature.inputs]
 
 
 class DeviceArray(np.lib.mixins.NDArrayOperatorsMixin):

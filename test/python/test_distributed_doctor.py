@@ -190,6 +190,7 @@ def _seen(reports) -> str:
         for c, p in zip(r["device"]["checks"], r["vs_peers"])) for r in reports[0]["ranks"])
 
 
+@pytest.mark.xdist_group("loads-the-machine")  # never beside test_doctor's timings (README: --dist loadgroup)
 def test_an_idle_pair_has_no_slow_rank_and_a_slowed_rank_1_is_named(tmp_path):
     # One test, idle first: run apart (pytest -n 2) the busy core would load the idle pair.
     cores = sorted(os.sched_getaffinity(0))

@@ -54,6 +54,9 @@ def ratios(report) -> str:
     return ", ".join(f"{c.name} {c.ratio:.2f}x" for c in report.checks if c.ratio is not None)
 
 
+# Timings compared with busy processes the test starts itself: never beside the other tests that
+# load the machine on purpose (`--dist loadgroup` runs a group's tests one after another).
+@pytest.mark.xdist_group("loads-the-machine")
 def test_idle_host_is_healthy_and_a_slowed_one_is_flagged():
     # One test, in this order: run apart (pytest -n 2), the busy core would load the idle run.
     probes = doctor.host_probes()  # compiled first: the slowed phase times, never compiles

@@ -75,6 +75,14 @@ class Loaded:
             return []
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
+    def allocate(self, shape, dtype):
+        """A device buffer of `shape` and `dtype` (zeros), for the module to write a result
+        into; IREE's integers carry no sign, so an unsigned dtype is allocated signed."""
+        array = np.zeros(shape, dtype)
+        if array.dtype.kind == "u":
+            array = array.view(array.dtype.str.replace("u", "i"))
+        return self.upload(array)
+
     def upload(self, array: np.ndarray):
         """`array` copied to the device once, to be passed to many calls."""
         import iree.runtime as rt

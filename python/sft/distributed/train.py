@@ -251,7 +251,8 @@ def compile_data_parallel(graph: SplitTrainGraph, name: str, target: Target, pla
 def _predicted(compiled: CompiledModel, sft_text: str, target: Target) -> float:
     """The cost model's seconds for a compiled program's plan: from its search's report, or
     from a search of the program (`sft_text`) where it was not searched."""
-    report = compiled.search or search_plan(sft_text, target)[1]
+    # unsearched (IREE's default plan): IREE's default options alone are profiled and scored
+    report = compiled.search or search_plan(sft_text, dataclasses.replace(target, options=target.options[:1]))[1]
     plan = compiled.plan
     if plan != Plan():
         for option in report.ranked:

@@ -216,11 +216,12 @@ def searched_plan(program: Program, target: Target, search: str,
     plan, report = search_plan(program.sft_text, target, precision)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
-            keep, resident = program.timing_layout()
-            text_of = lambda p: program.linalg if p.as_imported else lower(program.module(), p, target)[1]  # noqa: E731
+            keep, resident, storage = program.timing_layout(target)
+            text_of = lambda p: program.for_iree(  # noqa: E731
+                program.linalg if p.as_imported else lower(program.module(), p, target)[1], target)
             plan = verify(report, text_of, target,
                           program.timing_inputs(), db, progress=bar.update,
-                          keep=keep, resident=resident, farm=farm)
+                          keep=keep, resident=resident, storage=storage, farm=farm)
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
 
@@ -243,7 +244,7 @@ def compile_program(program: Program, module, target: Target, plan: Plan | None 
         seconds["search"] = time.perf_counter() - start
     plan = plan or Plan()
     try:
-        lowered, planned, artifact = _lower_and_compile(module, plan, target, seconds, program.linalg)
+        lowered, planned, artifact = _lower_and_compile(module, plan, target, seconds, program)
     except SftError as error:
         if report is None:
             raise
@@ -253,7 +254,7 @@ def compile_program(program: Program, module, target: Target, plan: Plan | None 
         for name, fallback in [*_fallbacks(report, plan), ("iree-default", Plan())]:
             try:
                 lowered, planned, artifact = _lower_and_compile(program.module(), fallback, target,
-                                                                seconds, program.linalg)
+                                                                seconds, program)
                 break
             except SftError:
                 if fallback == Plan():
@@ -285,11 +286,13 @@ def _fallbacks(report: SearchReport, failed: Plan, count: int = 3) -> list[tuple
     return list(found.items())[:count]
 
 
-def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict, imported: str):
-    """Lower `module` under `plan` (or take the front end's linalg, `imported`, for a plan
-    `as_imported`) and compile it."""
+def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict, program: Program):
+    """Lower `module` under `plan` (or take the front end's linalg for a plan `as_imported`)
+    and compile it as `program` is called on `target` (`Program.for_iree`)."""
     start = time.perf_counter()
+    imported = program.linalg
     lowered, planned = (imported, imported) if plan.as_imported else lower(module, plan, target)
+    planned = program.for_iree(planned, target)
     lowered_at = time.perf_counter()
     artifact = compile_module(planned, target, plan.flags)
     seconds.update({"lower": lowered_at - start, "iree-compile": time.perf_counter() - lowered_at})

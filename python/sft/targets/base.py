@@ -68,6 +68,12 @@ class Target:
     # f64 math ops (tanh, sin, ...) lowered by sft (passes/f64_math.py) where IREE's codegen for
     # the target has no f64 implementation of them (the CPU's: no libm in its executables)
     expand_f64_math: bool = False
+    # the values a call replaces (a training step's state, JAX's donated inputs) written by
+    # IREE into storage arguments the caller passes (`passes.output_storage`). Right on the
+    # CPU, but not a gain everywhere (on a 2-core Zen 4: JAX MLP steps 1.10-1.25x faster, torch
+    # MLP steps 0.90-0.93x, a GPT-2 block 0.97-1.02x; docs/results.md): off until the search
+    # decides it per program
+    state_in_place: bool = False
 
     @property
     def searched_codegen(self) -> Codegen | None:

@@ -67,15 +67,16 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
         plan = option_plan(report, option)
         if plan != Plan():  # IREE's default options with no tiles: the default itself
             variants[option.options.describe()] = (plan, option.predicted)
-    keep, resident = program.timing_layout()
+    keep, resident, storage = program.timing_layout(target)
     inputs, builders, failed = program.timing_inputs(), {}, []
     for vname, (plan, _) in tqdm(variants.items(), desc=f"compile {name}", unit="plan", leave=False):
         try:
-            artifact = compile_module(lower(program.module(), plan, target)[1], target, plan.flags)
+            text = program.for_iree(lower(program.module(), plan, target)[1], target)
+            artifact = compile_module(text, target, plan.flags)
         except SftError:  # IREE refuses this option set on this program (aggressive fusion)
             failed.append(vname)
             continue
-        builders[vname] = (loaded_call, (artifact, plan.driver, inputs, keep, resident))
+        builders[vname] = (loaded_call, (artifact, plan.driver, inputs, keep, resident, storage))
     timings = time_variants(builders, rounds, calls)
     measured = {k: t.seconds for k, t in timings.items() if t.seconds is not None}
     failed += [k for k in builders if k not in measured]
