@@ -65,12 +65,13 @@ def _tiny_verify(db_path, farm):
     assert report.ranked, "local-sync is no longer an option set of the host"
 
     def text_of(plan):
-        return program.linalg if plan.as_imported else lower(program.module(), plan, target)[1]
+        text = program.linalg if plan.as_imported else lower(program.module(), plan, target)[1]
+        return program.for_iree(text, target)
 
     db = TuningDB(db_path)
-    keep, resident = program.timing_layout()
+    keep, resident, storage = program.timing_layout(target)
     plan = verify(report, text_of, target, program.timing_inputs(), db, top_k=0, rounds=3,
-                  keep=keep, resident=resident, farm=farm)
+                  keep=keep, resident=resident, storage=storage, farm=farm)
     tkey = target.key(SEARCH_REVISION)
     stored = [db.measurements(c.kernel.key(), tkey) for c in report.ranked[0].kernels]
     return plan, report, stored

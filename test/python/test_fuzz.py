@@ -35,7 +35,7 @@ from sft.space.tiles import tile_space
 from sft.targets import get_target
 
 HOST = get_target("host")
-FUZZ = settings(max_examples=100, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=80, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
