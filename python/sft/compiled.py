@@ -191,6 +191,8 @@ class CompiledModel:
     def _storage(self, loaded) -> list:
         """The buffers this call's replaced values are written into: each result's spare, or
         a new one on the first call."""
+        if not self._storage_pairs:  # the default: nothing written in place
+            return []
         specs = argument_specs(self.signature)
         found = []
         for argument, result in self._storage_pairs:

@@ -20,7 +20,7 @@ import dataclasses
 import os
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..api import compile_prepared
 from ..backend.runtime import WORKERS_ENV
@@ -54,7 +54,6 @@ class DataParallelReport:
     link: Link
     predicted_compute: float        # seconds: both programs, as the cost model predicts them
     predicted_communication: float  # seconds: the buckets' all-reduces
-    chosen: str = field(default="")
 
     def to_text(self) -> str:
         total = self.predicted_compute + self.predicted_communication
