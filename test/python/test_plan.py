@@ -34,6 +34,7 @@ def test_a_plan_is_its_decision_kinds():
     from sft.passes.apply_plan import ApplyTilesPass, FusionGroupsPass
     from sft.passes.expand_batch import ExpandBatchPass
     from sft.passes.low_precision import LowPrecisionPass
+    from sft.passes.orient import OrientPass
     from sft.passes.reassociate import ReassociatePass
     from sft.plan import KINDS
 
@@ -41,14 +42,15 @@ def test_a_plan_is_its_decision_kinds():
     assert Plan().to_json() == "{}" and Plan().passes(SFT) == [] and Plan().describe() == []
     with pytest.raises(TypeError):
         Plan((1,))  # keywords only
-    every = Plan(expand=(4,), orders=((3, (0, (1, 2))),), low_precision=((2, "bf16"),),
+    every = Plan(orient=(5,), expand=(4,), orders=((3, (0, (1, 2))),), low_precision=((2, "bf16"),),
                  tiles=((2, MLP_TILES),), groups=((0, 1),), flags=("--x",), driver="local-sync",
                  as_imported=True)
     assert not any(getattr(every, k.field) == k.default for k in KINDS)
     assert Plan.from_json(every.to_json()) == every == pickle.loads(pickle.dumps(every))
-    assert [type(p) for p in every.passes(SFT)] == [ExpandBatchPass, ReassociatePass, LowPrecisionPass]
+    assert [type(p) for p in every.passes(SFT)] == [OrientPass, ExpandBatchPass, ReassociatePass,
+                                                    LowPrecisionPass]
     assert [type(p) for p in every.passes(IREE)] == [ApplyTilesPass, FusionGroupsPass]
-    assert every.describe() == ["batch expanded on ops [4]", "chains reordered: op 3 as (0, (1, 2))",
+    assert every.describe() == ["oriented ops [5]", "batch expanded on ops [4]", "chains reordered: op 3 as (0, (1, 2))",
                                 "bf16 inputs, f32 accumulation on ops [2]"]
     with pytest.raises(sft.SftError, match="unknown key 'tile' .known: as_imported, driver, expand"):
         Plan.from_json('{"tile": []}')
@@ -95,8 +97,8 @@ def test_batch_expansion_lets_iree_fold_head_transposes_with_the_same_numbers():
         expected = model(*inputs).numpy()
     np.testing.assert_allclose(expanded(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
     searched = sft.compile(model, inputs, search="model")
-    assert set(searched.search.rewrites) == {"as written", f"expanded {list(ids)}"}
-    assert searched.plan.expand in ((), ids) and "batch expansion" in searched.search.to_text()
+    assert {"as written", f"expanded {list(ids)}"} <= set(searched.search.rewrites)
+    assert searched.plan.expand in ((), ids) and "rewrites:" in searched.search.to_text()
 
 
 def test_a_plan_as_imported_is_iree_alone_on_the_front_ends_linalg_and_verify_times_it():

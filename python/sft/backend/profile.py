@@ -130,6 +130,10 @@ class Dispatch:
     bytes: int                        # total size of the buffers bound to it
     config: tuple[tuple[int, ...], ...] | None  # (distribution, vector parallel, vector reduction)
     maps: tuple[str, ...] = ()        # the root op's indexing maps, as IREE holds them
+    # Bytes of the tensors an elementwise op fused into a contraction's dispatch reads or writes
+    # transposed (through a permutation of its loops): they move in the contraction's tile
+    # order, across rows (`cost.model.transposed_seconds`).
+    transposed_bytes: int = 0
     # GPU targets, contractions: {"pipeline", "workgroup_size", "subgroup_size", ...,
     # "lowering_config": {field: value}}, JSON-able (see gpu_translation, gpu_lowering_config).
     gpu: dict | None = field(default=None, hash=False)
@@ -174,13 +178,37 @@ class Profile:
             gpu = d.get("gpu")  # absent from profiles written before GPU configs were kept
             if gpu is not None and not isinstance(gpu, dict):
                 raise TypeError(f"not a GPU config: {gpu!r}")
+            transposed = d.get("transposed_bytes", 0)  # absent from profiles written before
+            if type(transposed) is not int:
+                raise TypeError(f"transposed_bytes {transposed!r}")
             return Dispatch(d["index"], d["name"], ints(d["dims"]), d["bytes"], config, tuple(d["maps"]),
-                            gpu)
+                            transposed_bytes=transposed, gpu=gpu)
 
         count = data["dispatch_count"]
         if type(count) is not int:
             raise TypeError(f"dispatch_count {count!r}")
         return Profile(tuple(dispatch(d) for d in data["dispatches"]), count)
+
+
+_TENSOR = re.compile(r"tensor<((?:\d+x)+)[a-z]+(\d+)>")
+
+
+def transposed_operand_bytes(line: str) -> int:
+    """Bytes of a linalg.generic's operands (the line IREE prints its header on) that it indexes
+    through a permutation of all its loops other than the identity: the tensors it walks across
+    their rows."""
+    maps = _MAP.findall(line)
+    start = line.find("ins(")
+    if not maps or start < 0:
+        return 0
+    operands = _TENSOR.findall(line[start:])
+    total = 0
+    for text, (shape, bits) in zip(maps, operands):
+        dims, results = (part.strip(" ()") for part in text.split("->"))
+        loops, read = [d.strip() for d in dims.split(",")], [r.strip() for r in results.split(",")]
+        if sorted(read) == sorted(loops) and read != loops:
+            total += math.prod(int(x) for x in shape.rstrip("x").split("x")) * max(1, int(bits) // 8)
+    return total
 
 
 def parse_profile(text: str) -> Profile:
@@ -198,12 +226,14 @@ def parse_profile(text: str) -> Profile:
             dims = _DIMS.search(func.group(2) + "_")
             current = dict(index=int(func.group(1)), name=func.group(2),
                            dims=tuple(int(x) for x in dims.group(1).split("x")) if dims else (),
-                           bytes=0, config=None, maps=(), gpu=None)
+                           bytes=0, config=None, maps=(), gpu=None, transposed_bytes=0)
             translation = gpu_translation(line)
             contraction = any(word in current["name"] for word in CONTRACTION_WORDS)
             continue
         if current is None:
             continue
+        if contraction and "linalg.generic" in line:
+            current["transposed_bytes"] += transposed_operand_bytes(line)
         buffer = _BUFFER.search(line)
         if buffer:
             shape = [int(x) for x in buffer.group(1).rstrip("x").split("x")]

@@ -23,6 +23,12 @@ from ..space.kernels import Kernel
 from ..space.options import ModuleOptions
 from .hardware import TargetDesc
 
+# What a byte an elementwise op fused into a contraction's dispatch walks across rows (read or
+# written transposed, in the contraction's tile order) costs, in bytes streamed in order: the
+# SGD-momentum update of a 256x1024 weight fused with its gradient took 636 us with its 4 MiB
+# of weight, state and results transposed and 391 us in order on one Zen 4 core (docs/results.md,
+# "Contractions in their readers' layout"): 245 us, 3.2x the 4 MiB at L2's streaming rate.
+TRANSPOSED_COST = 3.0
 # Share of peak assumed for a contraction whose code sft does not model (a convolution, a step
 # of a chain that is not matmul-like).
 UNTILED_EFFICIENCY = 0.5
@@ -145,6 +151,12 @@ def memory_bound(dispatch: Dispatch, target: TargetDesc, cores: int) -> float:
     if dispatch.is_contraction:  # one IREE has but the search does not tile (a convolution)
         work = max(work, compute_floor(dispatch.flops, target, cores) / UNTILED_EFFICIENCY)
     return work
+
+
+def transposed_seconds(profile: Profile, target: TargetDesc, cores: int) -> float:
+    """What the transposed accesses of the ops fused into contraction dispatches add."""
+    nbytes = sum(d.transposed_bytes for d in profile.dispatches)
+    return nbytes * TRANSPOSED_COST / bandwidth(nbytes, target, cores) if nbytes else 0.0
 
 
 def overheads(options: ModuleOptions, dispatch_count: int, target: TargetDesc) -> float:

@@ -35,7 +35,7 @@ def decision_kinds(plan) -> tuple[str, ...]:
         "formation": any(f in FORMATION_FLAGS for f in plan.flags),
         "ukernels": UKERNELS in plan.flags,
         "tiles": bool(plan.tiles or plan.low_precision),
-        "rewrites": bool(plan.expand or plan.orders),
+        "rewrites": bool(plan.orient or plan.expand or plan.orders),
     }
     return tuple(k for k in KINDS if found[k])
 

@@ -4,11 +4,12 @@ from .expand_batch import ExpandBatchPass
 from .f64_math import ExpandF64MathPass
 from .low_precision import LowPrecisionPass
 from .lower import LowerPass
+from .orient import OrientPass
 from .raise_linalg import RaisePass
 from .reassociate import ReassociatePass
 from .verify import VerifyPass
 
 PASSES = {p.name: p for p in (RaisePass, LowerPass, VerifyPass, ReassociatePass, ExpandBatchPass,
-                                  LowPrecisionPass, ExpandF64MathPass)}
+                                  LowPrecisionPass, ExpandF64MathPass, OrientPass)}
 
-__all__ = ["PASSES", "ExpandBatchPass", "ExpandF64MathPass", "LowPrecisionPass", "LowerPass", "RaisePass", "ReassociatePass", "VerifyPass"]
+__all__ = ["PASSES", "ExpandBatchPass", "ExpandF64MathPass", "LowPrecisionPass", "LowerPass", "OrientPass", "RaisePass", "ReassociatePass", "VerifyPass"]

@@ -11,11 +11,11 @@ TOP_OPTIONS = 4  # option sets verify times beyond the best of each kind
 
 
 def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tuple = ()) -> Plan:
-    """The plan of one searched option set: the report's graph rewrites (batch expansion and
-    chain orders), the options' iree-compile flags and driver, and `tiles` and `low_precision`
+    """The plan of one searched option set: the report's graph rewrites (orientation, batch
+    expansion and chain orders), the options' iree-compile flags and driver, and `tiles` and `low_precision`
     where the options keep sft's kernel configs (data tiling and micro-kernels replace them)."""
     keeps = options.keeps_tiles
-    return Plan(expand=report.expand, orders=report.orders, tiles=tuple(tiles) if keeps else (),
+    return Plan(orient=report.orient, expand=report.expand, orders=report.orders, tiles=tuple(tiles) if keeps else (),
                 flags=options.flags, driver=options.driver,
                 low_precision=tuple(low_precision) if keeps else ())
 
@@ -37,7 +37,7 @@ def program_candidates(report, tiles: tuple = (), top_options: int = TOP_OPTIONS
             options.append(option)
     for option in options:
         candidates[option.options.describe()] = plan_of(report, option.options, tiles)
-    if report.ranked and (report.orders or report.expand):
+    if report.ranked and (report.orders or report.expand or report.orient):
         o = report.ranked[0].options
         candidates[f"{o.describe()} as written"] = Plan(flags=o.flags, driver=o.driver)
     unique: dict[str, Plan] = {}

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend.profile import Profile
-from ..cost.model import memory_bound, option_speedup, other_dispatches, overheads
+from ..cost.model import (memory_bound, option_speedup, other_dispatches, overheads,
+                          transposed_seconds)
 from .chains import plan_orders
 from ..space.kernels import Kernel, in_layout
 from ..space.options import ModuleOptions
@@ -57,8 +58,9 @@ class SearchReport:
     chosen: str = ""                   # what was picked, in words
     replayed: bool = False             # the plan came from the tuning database, not a search
     chains: list = field(default_factory=list)  # OrderChoice per chain of contractions
+    orient: tuple[int, ...] = ()       # contractions computed in their readers' layout
     expand: tuple[int, ...] = ()       # contractions run over their expanded batch
-    rewrites: dict = field(default_factory=dict)  # predicted seconds with and without expansion
+    rewrites: dict = field(default_factory=dict)  # predicted seconds of each rewrite searched
     default_predicted: float = math.inf  # IREE's default plan (its options, configs): predicted
 
     @property
@@ -77,12 +79,11 @@ class SearchReport:
         self.default_predicted += sum(c.written_predicted - c.predicted for c in chains)
 
     def add_alternatives(self, searched: dict) -> None:
-        """Fold in the searches of the program with and without batch expansion (`searched`:
-        expanded op ids -> report; this report is one of them)."""
-        self.expand = next(e for e, r in searched.items() if r is self)
-        self.default_predicted = searched[()].default_predicted  # IREE's, on the program as written
-        self.rewrites = {("expanded " + str(list(e)) if e else "as written"): r.ranked[0].predicted
-                         for e, r in searched.items()}
+        """Fold in the searches of the program as written and rewritten (`searched`: (oriented
+        op ids, expanded op ids) -> report; this report is one of them)."""
+        self.orient, self.expand = next(e for e, r in searched.items() if r is self)
+        self.default_predicted = searched[((), ())].default_predicted  # IREE's, as written
+        self.rewrites = {_rewrite_name(*e): r.ranked[0].predicted for e, r in searched.items()}
         self.scored = sum(r.scored for r in searched.values())
         self.seconds = sum(r.seconds for r in searched.values())
         self.space_size_log10 = math.log10(sum(10 ** r.space_size_log10 for r in searched.values()))
@@ -112,7 +113,8 @@ class SearchReport:
                         for c in self.choices],
             "measured_s": self.measured,
             "chains": [c.to_dict() for c in self.chains],
-            "expand": list(self.expand), "rewrites_predicted_s": self.rewrites,
+            "orient": list(self.orient), "expand": list(self.expand),
+            "rewrites_predicted_s": self.rewrites,
             "default_predicted_s": _finite(self.default_predicted),
         }
 
@@ -126,7 +128,7 @@ class SearchReport:
                          f"written {c.chain.written} ({c.orders} orders, {c.pruned} splits pruned)")
         if len(self.rewrites) > 1:
             shown = ", ".join(f"{name} {t * 1e3:.4f} ms" for name, t in self.rewrites.items())
-            lines.append(f"  batch expansion: {shown}; taken: {list(self.expand) or 'no'}")
+            lines.append(f"  rewrites: {shown}; taken: {_rewrite_name(self.orient, self.expand)}")
         for c in self.choices:
             # a twin never runs IREE's own config (`rank_tiles`): there is no default to compare
             against = (f"vs IREE default {c.default_prediction() * 1e6:.1f} us" if c.precision == "f32"
@@ -185,6 +187,12 @@ def low_precision_twin(kernel: Kernel, target: Target, dtype: str):
         return None
     space = target.codegen.space(twin)
     return (twin, space) if len(space) > 1 else None  # row 0 alone: `rank_tiles` never takes it
+
+
+def _rewrite_name(orient: tuple, expand: tuple) -> str:
+    """A rewrite in words: "as written", "oriented [3]", "expanded [7]" or both."""
+    parts = [f"{word} {list(ops)}" for word, ops in (("oriented", orient), ("expanded", expand)) if ops]
+    return " + ".join(parts) or "as written"
 
 
 def cast_seconds(inputs: tuple[tuple[int, bool], ...], target: Target) -> float:
@@ -257,7 +265,8 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
             kernel_time = sum(c.default_prediction() for c in choices) / option_speedup(o, desc)
         key = (o.formation_flags, cores)
         if key not in rests:  # the same for every option set that forms the same dispatches
-            rests[key] = sum(memory_bound(d, desc, cores) for d in other_dispatches(profile, kernels))
+            rests[key] = (sum(memory_bound(d, desc, cores) for d in other_dispatches(profile, kernels))
+                          + transposed_seconds(profile, desc, cores))
         rest = rests[key]
         total = kernel_time + rest + overheads(o, profile.dispatch_count, desc)
         report.ranked.append(OptionChoice(o, total, tuple(choices)))

@@ -26,6 +26,7 @@ from ..cost.trust import decision_kinds
 from ..errors import SftError
 from ..measure import SEARCH_REVISION, verify
 from ..passes.expand_batch import ExpandBatchPass, expandable
+from ..passes.orient import OrientPass, orientable
 from ..passes.low_precision import LOW_PRECISION_TYPES, castable, renumber
 from ..passes.reassociate import ReassociatePass
 from ..plan import Plan
@@ -92,22 +93,24 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     options = list(target.options)
     desc = target.desc
     flag_sets = sorted({o.formation_flags for o in options})
-    # Batch expansion changes which dispatches IREE forms (and can bring two contractions next
-    # to each other, making a chain), so the program is searched both ways, each on IREE's own
-    # view of it; it is kept as written unless the expansion predicts a clear gain.
+    # Orientation and batch expansion change which dispatches IREE forms and what they fuse
+    # (batch expansion can bring two contractions next to each other, making a chain), so the
+    # program is searched each way, each on IREE's own view of it; it is kept as written unless
+    # a rewrite predicts a clear gain. A variant is keyed (oriented ops, expanded ops).
     written_module = to_sft(sft_text)
     variants, orders, casts = {}, {}, {}
-    for expand in dict.fromkeys([(), expandable(written_module)]):
-        variant = to_sft(sft_text) if expand else written_module
-        ExpandBatchPass(expand)(variant)
+    for rewrite in _rewrites(sft_text, written_module):
+        variant = to_sft(sft_text) if rewrite != WRITTEN else written_module
+        OrientPass(rewrite[0])(variant)
+        ExpandBatchPass(rewrite[1])(variant)
         start = time.perf_counter()
         chains = choose_orders(contraction_chains(variant), target, desc.cores)
         seconds = time.perf_counter() - start
-        orders[expand] = plan_orders(chains)
-        ReassociatePass(orders[expand])(variant)
+        orders[rewrite] = plan_orders(chains)
+        ReassociatePass(orders[rewrite])(variant)
         kernels = contraction_kernels(variant)
-        casts[expand] = castable(variant) if precision != "f32" else {}
-        variants[expand] = (kernels, lower(variant, Plan(), target)[1], chains, seconds)
+        casts[rewrite] = castable(variant) if precision != "f32" else {}
+        variants[rewrite] = (kernels, lower(variant, Plan(), target)[1], chains, seconds)
     # IREE's profiles are most of a search's time. A rewrite is first searched under IREE's
     # default dispatch formation only, beside the program as written under every option; it
     # gets the other formations' profiles only when it already predicts a clear gain there.
@@ -115,42 +118,42 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     # im2col changes nothing in a program without convolutions: its profiles are taken (and its
     # option sets searched) only where IREE's default view has one
     im2col_sets = [f for f in flag_sets if IM2COL in f]
-    requests = [((), flags) for flags in flag_sets if flags not in im2col_sets]
-    requests += [(e, ()) for e in variants if e]
+    requests = [(WRITTEN, flags) for flags in flag_sets if flags not in im2col_sets]
+    requests += [(e, ()) for e in variants if e != WRITTEN]
     profiles = dict(zip(requests, _profiles([(variants[e][1], f) for e, f in requests], target)))
 
-    if profiles[((), ())] is None:  # IREE cannot compile the program as written: say how
-        profile(variants[()][1], target)
-    if any("conv" in d.name for d in profiles[((), ())].dispatches):
-        more = [((), f) for f in im2col_sets]
-        profiles.update(zip(more, _profiles([(variants[()][1], f) for _, f in more], target)))
+    if profiles[(WRITTEN, ())] is None:  # IREE cannot compile the program as written: say how
+        profile(variants[WRITTEN][1], target)
+    if any("conv" in d.name for d in profiles[(WRITTEN, ())].dispatches):
+        more = [(WRITTEN, f) for f in im2col_sets]
+        profiles.update(zip(more, _profiles([(variants[WRITTEN][1], f) for _, f in more], target)))
 
-    def searched(expand, opts):
-        kernels, _, chains, seconds = variants[expand]
-        mine = {f: p for (e, f), p in profiles.items() if e == expand and p is not None}
+    def searched(rewrite, opts):
+        kernels, _, chains, seconds = variants[rewrite]
+        mine = {f: p for (e, f), p in profiles.items() if e == rewrite and p is not None}
         report = search_program(kernels, mine, target, [o for o in opts if o.formation_flags in mine],
-                                precision=precision, castable=casts[expand])
+                                precision=precision, castable=casts[rewrite])
         report.add_chains(chains, seconds)
         return report
 
-    reports = {(): searched((), options)}
-    written_default = min(o.predicted for o in reports[()].ranked if not o.options.formation_flags)
-    for expand in [e for e in variants if e and profiles[(e, ())] is not None]:
-        reports[expand] = searched(expand, default_only)
-        if reports[expand].ranked[0].predicted < written_default * (1.0 - REWRITE_MARGIN):
-            more = [(expand, f) for f in flag_sets if f and f not in im2col_sets]
-            profiles.update(zip(more, _profiles([(variants[expand][1], f) for _, f in more], target)))
-            reports[expand] = searched(expand, options)
-    written = reports[()].ranked[0].predicted
-    expand = min(reports, key=lambda e: reports[e].ranked[0].predicted)
-    if reports[expand].ranked[0].predicted > written * (1.0 - REWRITE_MARGIN):
-        expand = ()
-    report = reports[expand]
+    reports = {WRITTEN: searched(WRITTEN, options)}
+    written_default = min(o.predicted for o in reports[WRITTEN].ranked if not o.options.formation_flags)
+    for rewrite in [e for e in variants if e != WRITTEN and profiles[(e, ())] is not None]:
+        reports[rewrite] = searched(rewrite, default_only)
+        if reports[rewrite].ranked[0].predicted < written_default * (1.0 - REWRITE_MARGIN):
+            more = [(rewrite, f) for f in flag_sets if f and f not in im2col_sets]
+            profiles.update(zip(more, _profiles([(variants[rewrite][1], f) for _, f in more], target)))
+            reports[rewrite] = searched(rewrite, options)
+    written = reports[WRITTEN].ranked[0].predicted
+    rewrite = min(reports, key=lambda e: reports[e].ranked[0].predicted)
+    if reports[rewrite].ranked[0].predicted > written * (1.0 - REWRITE_MARGIN):
+        rewrite = WRITTEN
+    report = reports[rewrite]
     report.add_alternatives(reports)
     # The model is believed only as far as it was measured right (`Target.trust`): each option
     # set's plan is scored at its predicted time scaled by its kinds' trust factors, IREE's
     # default at its own prediction, and the best of those scores is taken.
-    plans = [(option, option_plan(report, option, casts[expand])) for option in report.ranked]
+    plans = [(option, option_plan(report, option, casts[rewrite])) for option in report.ranked]
     score = lambda pair: target.trust.pessimistic(pair[1], pair[0].predicted)  # noqa: E731
     best, plan = min(plans, key=score)
     if score((best, plan)) >= report.default_predicted and plan != Plan():
@@ -162,6 +165,21 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         words.insert(1, "IREE's kernel configs (the cost model has no timings for this device)")
     report.chosen = "; ".join(words)
     return plan, report
+
+
+WRITTEN = ((), ())  # the rewrite key of the program as written: nothing oriented or expanded
+
+
+def _rewrites(sft_text: str, written_module) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The (oriented ops, expanded ops) variants worth searching: as written, expanded,
+    oriented, and oriented then expanded (expansion read on the oriented program)."""
+    found = [WRITTEN, ((), expandable(written_module))]
+    orient = orientable(written_module)
+    if orient:
+        oriented = to_sft(sft_text)
+        OrientPass(orient)(oriented)
+        found += [(orient, ()), (orient, expandable(oriented))]
+    return list(dict.fromkeys(found))
 
 
 def option_plan(report: SearchReport, option, casts: dict | None = None) -> Plan:
