@@ -15,7 +15,8 @@ def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tu
     expansion and chain orders), the options' iree-compile flags and driver, and `tiles` and `low_precision`
     where the options keep sft's kernel configs (data tiling and micro-kernels replace them)."""
     keeps = options.keeps_tiles
-    return Plan(orient=report.orient, expand=report.expand, orders=report.orders, tiles=tuple(tiles) if keeps else (),
+    return Plan(orient=report.orient, expand=report.expand, orders=report.orders,
+                tiles=tuple(tiles) if keeps else (),
                 flags=options.flags, driver=options.driver,
                 low_precision=tuple(low_precision) if keeps else ())
 

@@ -136,17 +136,22 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         report.add_chains(chains, seconds)
         return report
 
+    # Rewrites are compared like for like: each at its best under IREE's default dispatch
+    # formation, which every variant was searched under (a formation that packs operands, say,
+    # can hide what a rewrite changes, and may still fail to compile later).
+    def as_formed(report) -> float:
+        return min(o.predicted for o in report.ranked if not o.options.formation_flags)
+
     reports = {WRITTEN: searched(WRITTEN, options)}
-    written_default = min(o.predicted for o in reports[WRITTEN].ranked if not o.options.formation_flags)
+    written = as_formed(reports[WRITTEN])
     for rewrite in [e for e in variants if e != WRITTEN and profiles[(e, ())] is not None]:
         reports[rewrite] = searched(rewrite, default_only)
-        if reports[rewrite].ranked[0].predicted < written_default * (1.0 - REWRITE_MARGIN):
+        if as_formed(reports[rewrite]) < written * (1.0 - REWRITE_MARGIN):
             more = [(rewrite, f) for f in flag_sets if f and f not in im2col_sets]
             profiles.update(zip(more, _profiles([(variants[rewrite][1], f) for _, f in more], target)))
             reports[rewrite] = searched(rewrite, options)
-    written = reports[WRITTEN].ranked[0].predicted
-    rewrite = min(reports, key=lambda e: reports[e].ranked[0].predicted)
-    if reports[rewrite].ranked[0].predicted > written * (1.0 - REWRITE_MARGIN):
+    rewrite = min(reports, key=lambda e: as_formed(reports[e]))
+    if as_formed(reports[rewrite]) > written * (1.0 - REWRITE_MARGIN):
         rewrite = WRITTEN
     report = reports[rewrite]
     report.add_alternatives(reports)
