@@ -113,31 +113,21 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
                         ("dt+uk", (DATA_TILING, UKERNELS))):
         art = compile_module(kernel_program(MATMUL, None), target, flags)
         matmul[f"{name}/sync"] = Variant(art, SERIAL_DRIVER)
-        if name == "default":
-            matmul["default/task"] = Variant(art)
     m = benchmark(matmul, kernel_inputs(MATMUL), rounds=rounds, progress=progress)
-    big_art = compile_module(kernel_program(BIG_MATMUL, None), target)
-    large = benchmark({"sync": Variant(big_art, SERIAL_DRIVER), "task": Variant(big_art)},
-                      kernel_inputs(BIG_MATMUL), rounds=rounds, progress=progress)
+    efficiency, small_matmul, _ = executor_reading(host.cores, rounds, progress)
 
     serial_dispatch = max((t["chain17/sync"] - t["chain1/sync"]) / 16, 0.0)
     # One core's FLOP rate scaled so that the model predicts IREE's default matmul as measured
     # (the kernel fit, when it runs, replaces it with its own).
     default = row_of_iree(MATMUL.roles, profile(kernel_program(MATMUL, None), target).dispatches[0].config)
     predicted = predict(MATMUL, np.zeros((1, 5), int), host, cores=1, default=default)[0]
-    work = m["default/sync"] - t["chain1/sync"]
-    # The executor's speed-up on added work: the slope from the 256^3 to the 1024^3 matmul on
-    # each driver, so that what a parallel dispatch costs whatever its size (waking and meeting
-    # the workers) cancels out instead of reading as a lost core; that cost is the intercept.
-    added_task = max(large["task"] - m["default/task"], 1e-9)
-    added_sync = max(large["sync"] - m["default/sync"], 1e-9)
-    efficiency = min(max(added_sync / added_task - 1.0, 0.0) / max(host.cores - 1, 1), 1.0)
+    work = small_matmul["sync"] - t["chain1/sync"]
     speedup = 1.0 + (host.cores - 1) * efficiency
     # A call whose dispatches run on every worker: the matmul's time on the executor over its
     # work at that speed-up. Waking the workers is paid once a call (four 256^3 matmuls in one
     # call took 0.8-1.4 ms on two cores here, one took 0.5-0.6, 0.27 on one thread), so it is
     # a call's cost, not a dispatch's; a call that never splits costs the one-workgroup chain.
-    parallel_call = max(m["default/task"] - work / speedup, t["chain1/task"])
+    parallel_call = max(small_matmul["task"] - work / speedup, t["chain1/task"])
     # A split dispatch costs the executor its workers' meeting on top of the work (the serial
     # driver's time for it, shared among the cores at that efficiency): 4-9 us per dispatch on
     # this 2-core VM, where a one-workgroup chain reads none. Training steps have 20-120 such
@@ -158,6 +148,34 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         "ukernel_speedup": m["default/sync"] / m["uk/sync"],
         "data_tiling_ukernel_speedup": m["default/sync"] / m["dt+uk/sync"],
     }
+
+
+EXECUTOR_READINGS = 3  # the executor's speed-up is read this many times; the highest is kept
+
+
+def executor_reading(cores: int, rounds: int, progress=None) -> tuple[float, dict, dict]:
+    """(parallel efficiency, {"sync", "task"} seconds of the 256^3 matmul, the same of the
+    1024^3 one) on IREE's default code. The speed-up on added work is the slope from the small
+    matmul to the large one on each driver, so that what a parallel dispatch costs whatever its
+    size (waking and meeting the workers) cancels out instead of reading as a lost core; that
+    cost is the intercept. Other work on the machine only ever takes cores away from the
+    executor (one reading of 0.0 was stored on a 2-core Zen 4 whose 1024^3 matmul runs 2.06x
+    faster on both cores), so of `EXECUTOR_READINGS` readings the highest is kept."""
+    target = get_target("host")
+    variants = {}
+    for name, kernel in (("small", MATMUL), ("large", BIG_MATMUL)):
+        art = compile_module(kernel_program(kernel, None), target)
+        variants[name] = {"sync": Variant(art, SERIAL_DRIVER), "task": Variant(art)}
+    best = None
+    for _ in range(EXECUTOR_READINGS if cores > 1 else 1):
+        small = benchmark(variants["small"], kernel_inputs(MATMUL), rounds=rounds, progress=progress)
+        large = benchmark(variants["large"], kernel_inputs(BIG_MATMUL), rounds=rounds, progress=progress)
+        added_task = max(large["task"] - small["task"], 1e-9)
+        added_sync = max(large["sync"] - small["sync"], 1e-9)
+        efficiency = min(max(added_sync / added_task - 1.0, 0.0) / max(cores - 1, 1), 1.0)
+        if best is None or efficiency > best[0]:
+            best = (efficiency, small, large)
+    return best
 
 
 @dataclass
@@ -330,7 +348,8 @@ def fit_kernel_model(samples: list[FitSample], desc: TargetDesc,
 
 def calibration_runs(rounds: int = 7, fit_rounds: int = FIT_ROUNDS) -> int:
     """Progress steps of `calibrate`: benchmark processes, and the fit's compiles."""
-    return 15 * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
+    # chains 8, copies 2, the matmul's option sets 4, each executor reading 4
+    return (14 + 4 * EXECUTOR_READINGS) * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
 
 
 def calibrate(rounds: int = 7, progress=None, fit_rounds: int = FIT_ROUNDS) -> dict:

@@ -141,3 +141,19 @@ def test_calibrate_help():
     proc = subprocess.run([sys.executable, "-m", "sft.tools.calibrate", "--help"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "sft-calibrate" in proc.stdout and "--fit-rounds" in proc.stdout
+
+
+def test_the_executor_reading_keeps_the_least_disturbed_of_its_readings(monkeypatch):
+    """Other work only takes cores away from the parallel executor: of three readings of the
+    slope from the small to the large matmul, the highest speed-up is kept (here the second:
+    the large matmul on both cores 2x faster on added work), with its small-matmul times."""
+    readings = iter([
+        {"sync": 1.0, "task": 1.6}, {"sync": 17.0, "task": 17.6},   # 0.0: a core taken away
+        {"sync": 1.0, "task": 1.5}, {"sync": 17.0, "task": 9.5},    # 2x on added work
+        {"sync": 1.0, "task": 1.4}, {"sync": 17.0, "task": 12.4},   # 1.45x
+    ])
+    monkeypatch.setattr(cal, "compile_module", lambda *a, **k: None)
+    monkeypatch.setattr(cal, "benchmark", lambda variants, *a, **k: next(readings))
+    efficiency, small, large = cal.executor_reading(2, rounds=1)
+    assert efficiency == pytest.approx(1.0) and small["task"] == 1.5 and large["task"] == 9.5
+    assert next(readings, None) is None  # all three were read

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import IllegalPlan
 from ..ir import tm
 
 
@@ -82,3 +83,15 @@ def replace_op(old, new) -> None:
     for a, b in zip(old.results, new.results):
         a.replace_all_uses_with(b)
     old.erase()
+
+
+def op_ids_option(pass_name: str, text: str) -> tuple[int, ...]:
+    """The op ids of a pass option `ops=ID,ID` (sft-opt -p 'PASS{ops=40,59}'); IllegalPlan
+    naming the pass for anything else."""
+    key, _, value = text.partition("=")
+    try:
+        if key.strip() != "ops":
+            raise ValueError
+        return tuple(int(x) for x in value.split(",") if x.strip())
+    except ValueError:
+        raise IllegalPlan(f"{pass_name} takes ops=ID,ID,..., not '{text}'") from None

@@ -20,7 +20,8 @@ from ..errors import IllegalPlan
 from ..ir import tm
 from . import indexing as ix
 from ..decisions.kind import SFT, DecisionKind, ints
-from .common import compute_ops, element_type, has_uses, map_list, maps_attr, static_shape
+from .common import (compute_ops, element_type, has_uses, map_list, maps_attr, op_ids_option,
+                     static_shape)
 
 
 def _plain(op) -> list[list[int]] | None:
@@ -135,13 +136,7 @@ class ExpandBatchPass:
     @classmethod
     def from_options(cls, text: str) -> "ExpandBatchPass":
         """`ops=ID,ID` (sft-opt -p 'sft-expand-batch{ops=40,59}')."""
-        key, _, value = text.partition("=")
-        try:
-            if key.strip() != "ops":
-                raise ValueError
-            return cls(tuple(int(x) for x in value.split(",") if x.strip()))
-        except ValueError:
-            raise IllegalPlan(f"sft-expand-batch takes ops=ID,ID,..., not '{text}'") from None
+        return cls(op_ids_option(cls.name, text))
 
     def __call__(self, module) -> None:
         with module.context, tm.Location.unknown():

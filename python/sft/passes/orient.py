@@ -24,7 +24,7 @@ from ..decisions.kind import SFT, DecisionKind, ints
 from ..errors import IllegalPlan
 from ..ir import tm
 from . import indexing as ix
-from .common import compute_ops, has_uses, map_list, maps_attr, static_shape
+from .common import compute_ops, has_uses, map_list, maps_attr, op_ids_option
 
 
 def _owner(value):
@@ -101,13 +101,7 @@ class OrientPass:
     @classmethod
     def from_options(cls, text: str) -> "OrientPass":
         """`ops=ID,ID` (sft-opt -p 'sft-orient{ops=12}')."""
-        key, _, value = text.partition("=")
-        try:
-            if key.strip() != "ops":
-                raise ValueError
-            return cls(tuple(int(x) for x in value.split(",") if x.strip()))
-        except ValueError:
-            raise IllegalPlan(f"sft-orient takes ops=ID,ID,..., not '{text}'") from None
+        return cls(op_ids_option(cls.name, text))
 
     def __call__(self, module) -> None:
         with module.context, tm.Location.unknown():

@@ -12,8 +12,9 @@ TOP_OPTIONS = 4  # option sets verify times beyond the best of each kind
 
 def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tuple = ()) -> Plan:
     """The plan of one searched option set: the report's graph rewrites (orientation, batch
-    expansion and chain orders), the options' iree-compile flags and driver, and `tiles` and `low_precision`
-    where the options keep sft's kernel configs (data tiling and micro-kernels replace them)."""
+    expansion and chain orders), the options' iree-compile flags and driver, and `tiles` and
+    `low_precision` where the options keep sft's kernel configs (data tiling and micro-kernels
+    replace them)."""
     keeps = options.keeps_tiles
     return Plan(orient=report.orient, expand=report.expand, orders=report.orders,
                 tiles=tuple(tiles) if keeps else (),

@@ -60,8 +60,15 @@ class SearchReport:
     chains: list = field(default_factory=list)  # OrderChoice per chain of contractions
     orient: tuple[int, ...] = ()       # contractions computed in their readers' layout
     expand: tuple[int, ...] = ()       # contractions run over their expanded batch
-    rewrites: dict = field(default_factory=dict)  # predicted seconds of each rewrite searched
+    rewrites: dict = field(default_factory=dict)  # each rewrite searched: its `as_formed`
     default_predicted: float = math.inf  # IREE's default plan (its options, configs): predicted
+
+    @property
+    def as_formed(self) -> float:
+        """The best predicted time under IREE's default dispatch formation: what rewrites are
+        compared by (every rewrite is searched under it; a formation that packs operands, say,
+        can hide what a rewrite changes, and may still fail to compile later)."""
+        return min(o.predicted for o in self.ranked if not o.options.formation_flags)
 
     @property
     def orders(self) -> tuple:
@@ -83,7 +90,7 @@ class SearchReport:
         op ids, expanded op ids) -> report; this report is one of them)."""
         self.orient, self.expand = next(e for e, r in searched.items() if r is self)
         self.default_predicted = searched[((), ())].default_predicted  # IREE's, as written
-        self.rewrites = {_rewrite_name(*e): r.ranked[0].predicted for e, r in searched.items()}
+        self.rewrites = {_rewrite_name(*e): r.as_formed for e, r in searched.items()}
         self.scored = sum(r.scored for r in searched.values())
         self.seconds = sum(r.seconds for r in searched.values())
         self.space_size_log10 = math.log10(sum(10 ** r.space_size_log10 for r in searched.values()))

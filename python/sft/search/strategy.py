@@ -136,22 +136,17 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         report.add_chains(chains, seconds)
         return report
 
-    # Rewrites are compared like for like: each at its best under IREE's default dispatch
-    # formation, which every variant was searched under (a formation that packs operands, say,
-    # can hide what a rewrite changes, and may still fail to compile later).
-    def as_formed(report) -> float:
-        return min(o.predicted for o in report.ranked if not o.options.formation_flags)
-
+    # Rewrites are compared like for like (`SearchReport.as_formed`).
     reports = {WRITTEN: searched(WRITTEN, options)}
-    written = as_formed(reports[WRITTEN])
+    written = reports[WRITTEN].as_formed
     for rewrite in [e for e in variants if e != WRITTEN and profiles[(e, ())] is not None]:
         reports[rewrite] = searched(rewrite, default_only)
-        if as_formed(reports[rewrite]) < written * (1.0 - REWRITE_MARGIN):
+        if reports[rewrite].as_formed < written * (1.0 - REWRITE_MARGIN):
             more = [(rewrite, f) for f in flag_sets if f and f not in im2col_sets]
             profiles.update(zip(more, _profiles([(variants[rewrite][1], f) for _, f in more], target)))
             reports[rewrite] = searched(rewrite, options)
-    rewrite = min(reports, key=lambda e: as_formed(reports[e]))
-    if as_formed(reports[rewrite]) > written * (1.0 - REWRITE_MARGIN):
+    rewrite = min(reports, key=lambda e: reports[e].as_formed)
+    if reports[rewrite].as_formed > written * (1.0 - REWRITE_MARGIN):
         rewrite = WRITTEN
     report = reports[rewrite]
     report.add_alternatives(reports)
