@@ -41,10 +41,16 @@ def _momentum_step():
     return step, (params, velocity, x, y)
 
 
-def test_oriented_step_matches_jax_and_drops_the_transposed_updates():
+@pytest.fixture(scope="module")
+def written():
+    """The step, its arguments, its sft program as written and the contractions to orient."""
     step, args = _momentum_step()
     text = sft.compile(step, args, keep_ir=True).stages.sft
-    ids = orientable(to_sft(text))
+    return step, args, text, orientable(to_sft(text))
+
+
+def test_oriented_step_matches_jax_and_drops_the_transposed_updates(written):
+    step, args, text, ids = written
     assert len(ids) == 2  # both weight gradients: a contraction and a transpose each
     target = get_target("host")
     transposed = [sum(d.transposed_bytes for d in profile(lower(to_sft(text), plan, target)[1],
@@ -65,10 +71,9 @@ def test_oriented_step_matches_jax_and_drops_the_transposed_updates():
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
-def test_the_search_weighs_orientation():
-    step, args = _momentum_step()
+def test_the_search_weighs_orientation(written):
+    step, args, _, ids = written
     compiled = sft.compile(step, args, search="model")
-    ids = orientable(to_sft(sft.compile(step, args, keep_ir=True).stages.sft))
     names = set(compiled.search.rewrites)
     assert "as written" in names and f"oriented {list(ids)}" in names
     assert compiled.plan.orient in ((), ids)

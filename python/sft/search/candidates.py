@@ -26,13 +26,16 @@ def program_candidates(report, tiles: tuple = (), top_options: int = TOP_OPTIONS
     """name -> plan of each whole program verify times: IREE's default through sft's raise and
     lower, IREE alone on the front end's import (whatever sft's own lowering costs, the user is
     never given less than IREE alone), the `top_options` best predicted option sets with
-    `tiles`, plus the best of each driver, fusion and convolution strategy however the model
-    ranks them (the executor's cost on a shared machine, IREE's convolution code and what its
-    aggressive fusion cannot compile are what the model misjudges), and, where a graph rewrite
+    `tiles`, plus the best of each driver, fusion, packing and convolution strategy however the
+    model ranks them (the executor's cost on a shared machine, IREE's convolution code and what
+    its aggressive fusion or data tiling cannot compile are what the model misjudges), and, where a graph rewrite
     was chosen, the best options on the program as written (the rewrites measured alone).
     Identical plans once, under the first name."""
     candidates = {"iree-default": Plan(), "iree-import": Plan(as_imported=True)}
-    kind = lambda o: (o.options.driver, o.options.im2col, o.options.fusion)  # noqa: E731
+    # data tiling among the kinds: where iree-compile cannot finish a program's packed code
+    # (a JAX MLP step: "exceeded stack allocation limit"), the top sets may all pack
+    kind = lambda o: (o.options.driver, o.options.im2col, o.options.fusion,  # noqa: E731
+                      o.options.data_tiling)
     options = list(report.ranked[:top_options])
     for option in report.ranked[top_options:]:
         if kind(option) not in {kind(o) for o in options}:
