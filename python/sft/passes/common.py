@@ -25,6 +25,12 @@ def compute_ops(module) -> list:
             if op.name in dialect.COMPUTE_OPS]
 
 
+def operation(owner):
+    """The operation behind a value's or a use's `owner` (the bindings give an OpView or the
+    Operation itself; a block argument's owner is its Block, returned as it is)."""
+    return getattr(owner, "operation", owner)
+
+
 def tensor_type(value):
     return tm.RankedTensorType(value.type) if isinstance(value.type, tm.RankedTensorType) else None
 

@@ -21,7 +21,7 @@ from ..ir import tm
 from . import indexing as ix
 from ..decisions.kind import SFT, DecisionKind, ints
 from .common import (compute_ops, element_type, has_uses, map_list, maps_attr, op_ids_option,
-                     static_shape)
+                     operation, static_shape)
 
 
 def _plain(op) -> list[list[int]] | None:
@@ -32,7 +32,7 @@ def _plain(op) -> list[list[int]] | None:
 def _view(value, kind: str):
     """(view op, source, groups) when `value` is made by an sft.view that is a reshape of
     `kind` ('collapse' or 'expand'), else None."""
-    op = getattr(value.owner, "operation", value.owner)
+    op = operation(value.owner)
     if getattr(op, "name", "") != "sft.view" or dialect.padding(op) is not None:
         return None
     source = dialect.inputs(op)[0]
@@ -95,7 +95,7 @@ def expand(op, splits: dict[int, tuple[int, ...]]) -> None:
     with op.location:
         ins = [_expanded(v, positions(m), ip) for v, m in zip(dialect.inputs(op), maps)]
         init = dialect.init(op)
-        scalar = dialect.fill_value(getattr(init.owner, "operation", init.owner))
+        scalar = dialect.fill_value(operation(init.owner))
         out_shape, groups = _split([domain[d] for d in maps[2]], positions(maps[2]))
         out_type = tm.RankedTensorType.get(out_shape, element_type(init))
         new_init = (dialect.create_fill(scalar, out_type, ip) if scalar is not None
@@ -103,7 +103,7 @@ def expand(op, splits: dict[int, tuple[int, ...]]) -> None:
         attrs = {"domain": tm.DenseI64ArrayAttr.get(new_domain), "maps": maps_attr(new_maps)}
         result = dialect.create("sft.contract", ins, attrs, [out_type], init=new_init, ip=ip).results[0]
         uses = list(op.results[0].uses)
-        user = getattr(uses[0].owner, "operation", uses[0].owner) if len(uses) == 1 else None
+        user = operation(uses[0].owner) if len(uses) == 1 else None
         reshaped = (_view(user.results[0], "expand") if user is not None and len(user.results) == 1
                     else None)  # a user with no result (func.return) undoes nothing
         if reshaped and reshaped[2] == groups and static_shape(user.results[0]) == out_shape:
@@ -116,7 +116,7 @@ def expand(op, splits: dict[int, tuple[int, ...]]) -> None:
             op.results[0].replace_all_uses_with(collapsed)
     old = []  # each producer once: the init may be an input too (erased twice: a segfault)
     for v in list(dialect.inputs(op)) + [init]:
-        producer = getattr(v.owner, "operation", v.owner)
+        producer = operation(v.owner)
         if not any(producer == seen for seen in old):
             old.append(producer)
     op.erase()

@@ -24,12 +24,7 @@ from ..decisions.kind import SFT, DecisionKind, ints
 from ..errors import IllegalPlan
 from ..ir import tm
 from . import indexing as ix
-from .common import compute_ops, has_uses, map_list, maps_attr, op_ids_option
-
-
-def _owner(value):
-    """The operation that defines `value`."""
-    return getattr(value.owner, "operation", value.owner)
+from .common import compute_ops, has_uses, map_list, maps_attr, op_ids_option, operation
 
 
 def _permutation(view) -> list[int] | None:
@@ -48,12 +43,12 @@ def _permutation(view) -> list[int] | None:
 def transposing_readers(op) -> tuple[list, list[int]] | None:
     """(the views, their permutation) when `op` is a contraction with a fill as init whose
     every reader is a transposing view by one and the same permutation, else None."""
-    if op.name != "sft.contract" or dialect.fill_value(_owner(dialect.init(op))) is None:
+    if op.name != "sft.contract" or dialect.fill_value(operation(dialect.init(op).owner)) is None:
         return None
     maps = [ix.plain_dims(m) for m in map_list(op.attributes["maps"])]
     if None in maps or len(maps) != 3:
         return None
-    views = [getattr(use.owner, "operation", use.owner) for use in op.results[0].uses]
+    views = [operation(use.owner) for use in op.results[0].uses]
     perms = [_permutation(v) for v in views]
     if not views or None in perms or any(p != perms[0] for p in perms):
         return None
@@ -76,7 +71,7 @@ def orient(op, views: list, perm: list[int]) -> None:
     new_maps = [ix.affine_map(len(domain), [ix.d(d) for d in m]) for m in (*in_maps, range(len(out)))]
     ip = tm.InsertionPoint(op)
     with op.location:
-        old_fill = _owner(dialect.init(op))
+        old_fill = operation(dialect.init(op).owner)
         result_type = views[0].results[0].type
         init = dialect.create_fill(dialect.fill_value(old_fill), result_type, ip)
         attrs = {"domain": tm.DenseI64ArrayAttr.get([domain[d] for d in order]),
