@@ -109,8 +109,7 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
     stream, l2 = copy_seconds(big), copy_seconds(small)
 
     matmul = {}
-    for name, flags in (("default", ()), ("dt", (DATA_TILING,)), ("uk", (UKERNELS,)),
-                        ("dt+uk", (DATA_TILING, UKERNELS))):
+    for name, flags in (("default", ()), ("dt", (DATA_TILING,)), ("dt+uk", (DATA_TILING, UKERNELS))):
         art = compile_module(kernel_program(MATMUL, None), target, flags)
         matmul[f"{name}/sync"] = Variant(art, SERIAL_DRIVER)
     m = benchmark(matmul, kernel_inputs(MATMUL), rounds=rounds, progress=progress)
@@ -145,7 +144,6 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         "peak_flops_f32": host.peak_flops_f32 * predicted / work,
         "parallel_efficiency": efficiency,
         "data_tiling_speedup": m["default/sync"] / m["dt/sync"],
-        "ukernel_speedup": m["default/sync"] / m["uk/sync"],
         "data_tiling_ukernel_speedup": m["default/sync"] / m["dt+uk/sync"],
     }
 

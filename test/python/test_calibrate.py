@@ -117,6 +117,18 @@ def test_another_hosts_calibration_is_ignored_with_one_warning(cache):
         assert host_target.calibrated_description() == desc
 
 
+def test_a_retired_field_of_an_earlier_calibration_is_dropped_not_the_calibration(cache):
+    """A calibration stored before micro-kernels without data tiling were dropped from the
+    option space still applies, without their measured speed-up and without a warning."""
+    stored = _calibration()
+    stored["desc"]["ukernel_speedup"] = 1.05
+    host_target.store_calibration(stored)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        desc = host_target.calibrated_description()
+    assert desc.peak_flops_f32 == 123e9 and not hasattr(desc, "ukernel_speedup")
+
+
 def test_an_older_calibration_file_is_ignored_with_a_warning(cache):
     host_target.calibration_file().write_text(json.dumps({"peak_flops_f32": 1e11}))
     with pytest.warns(UserWarning, match="not a valid calibration"):

@@ -50,11 +50,18 @@ def _tool(name: str) -> str:
 
 def input_flags(inputs: list, folder: Path) -> list[str]:
     """`--input` flags for arrays (saved as .npy in `folder`) or shape strings like '32x256xf32'
-    (zero-filled by the tool)."""
+    (zero-filled by the tool). A 0-d array is written out as its value (`f64=0.001`): IREE's
+    tools read a 0-d .npy back as shape [1], which a scalar argument refuses."""
     flags = []
     for i, x in enumerate(inputs):
         if isinstance(x, str):
             flags.append(f"--input={x}")
+        elif np.ndim(x) == 0:
+            value = np.asarray(x)
+            kind = {"f": "f", "i": "i", "u": "ui", "b": "i"}[value.dtype.kind]
+            bits = 1 if value.dtype.kind == "b" else 8 * value.dtype.itemsize
+            text = int(value) if value.dtype.kind == "b" else value.item()
+            flags.append(f"--input={kind}{bits}={text!r}")
         else:
             path = folder / f"input{i}.npy"
             np.save(path, np.ascontiguousarray(x))

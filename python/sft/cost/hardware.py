@@ -90,7 +90,6 @@ class TargetDesc:
     # Contraction speed relative to IREE's default codegen under backend options (measured by
     # `sft-calibrate` on the host; 1.0 where unknown).
     data_tiling_speedup: float = 1.0
-    ukernel_speedup: float = 1.0
     data_tiling_ukernel_speedup: float = 1.0
     # CPU: the kernel model's constants (ISA defaults unless fitted by `sft-calibrate`).
     cpu: CpuModelParams = field(default_factory=CpuModelParams)

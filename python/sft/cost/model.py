@@ -132,9 +132,7 @@ def option_speedup(options: ModuleOptions, target: TargetDesc) -> float:
     """How much faster contractions run under the options' codegen than under IREE's default."""
     if options.data_tiling and options.ukernels:
         return target.data_tiling_ukernel_speedup
-    if options.data_tiling:
-        return target.data_tiling_speedup
-    return target.ukernel_speedup if options.ukernels else 1.0
+    return target.data_tiling_speedup if options.data_tiling else 1.0
 
 
 def bandwidth(nbytes: float, target: TargetDesc, cores: int) -> float:

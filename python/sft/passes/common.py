@@ -31,6 +31,22 @@ def operation(owner):
     return getattr(owner, "operation", owner)
 
 
+def view_permutation(view) -> list[int] | None:
+    """The source position each result position of a transposing sft.view reads (not the
+    identity), or None when `view` is anything else (a block argument's owner included)."""
+    from .. import dialect
+    from . import indexing as ix
+
+    if getattr(view, "name", "") != "sft.view" or dialect.padding(view) is not None:
+        return None
+    view_map = tm.AffineMapAttr(view.attributes["map"]).value
+    dims = ix.plain_dims(view_map)
+    if dims is None or view_map.n_dims != len(dims) or sorted(dims) != list(range(len(dims))) \
+            or dims == sorted(dims):
+        return None
+    return dims
+
+
 def tensor_type(value):
     return tm.RankedTensorType(value.type) if isinstance(value.type, tm.RankedTensorType) else None
 

@@ -24,20 +24,8 @@ from ..decisions.kind import SFT, DecisionKind, ints
 from ..errors import IllegalPlan
 from ..ir import tm
 from . import indexing as ix
-from .common import compute_ops, has_uses, map_list, maps_attr, op_ids_option, operation
-
-
-def _permutation(view) -> list[int] | None:
-    """The source position each result position of a transposing sft.view reads (not the
-    identity), or None when `view` is anything else."""
-    if getattr(view, "name", "") != "sft.view" or dialect.padding(view) is not None:
-        return None
-    view_map = tm.AffineMapAttr(view.attributes["map"]).value
-    dims = ix.plain_dims(view_map)
-    if dims is None or view_map.n_dims != len(dims) or sorted(dims) != list(range(len(dims))) \
-            or dims == sorted(dims):
-        return None
-    return dims
+from .common import (compute_ops, has_uses, map_list, maps_attr, op_ids_option, operation,
+                     view_permutation)
 
 
 def transposing_readers(op) -> tuple[list, list[int]] | None:
@@ -49,7 +37,7 @@ def transposing_readers(op) -> tuple[list, list[int]] | None:
     if None in maps or len(maps) != 3:
         return None
     views = [operation(use.owner) for use in op.results[0].uses]
-    perms = [_permutation(v) for v in views]
+    perms = [view_permutation(v) for v in views]
     if not views or None in perms or any(p != perms[0] for p in perms):
         return None
     return views, perms[0]

@@ -15,7 +15,7 @@ from ..backend.profile import Profile
 from ..cost.model import (memory_bound, option_speedup, other_dispatches, overheads,
                           transposed_seconds)
 from .chains import plan_orders
-from ..space.kernels import Kernel, in_layout
+from ..space.kernels import Kernel, in_layout, same_layout
 from ..space.options import ModuleOptions
 from ..targets import Target
 
@@ -219,9 +219,17 @@ def as_compiled(kernels: list[Kernel], profile: Profile, target: Target) -> tupl
     describe what IREE compiles, so it keeps IREE's own and counts among the other dispatches."""
     if target.codegen is None:  # IREE's own configs everywhere
         return [], []
-    seen = [(k, profile.contraction(k.domain)) for k in kernels if k.reductions_innermost]
+    seen = [(k, _dispatch_of(k, profile)) for k in kernels if k.reductions_innermost]
     seen = [(in_layout(k, d.maps), d) for k, d in seen if d is not None]
     return [k for k, _ in seen], [target.codegen.default(k, d) for k, d in seen]
+
+
+def _dispatch_of(kernel: Kernel, profile: Profile):
+    """IREE's dispatch of `kernel`: one of its loop extents, the one reading its operands as the
+    kernel does where several have those extents (an MLP's forward x @ W1 and backward
+    dY @ W2^T are both 32x1024x256, one with B across its rows), else the first."""
+    found = [d for d in profile.dispatches if d.is_contraction and d.dims == kernel.domain]
+    return next((d for d in found if same_layout(kernel, d.maps)), found[0] if found else None)
 
 
 def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profile], target: Target,

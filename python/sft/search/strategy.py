@@ -33,7 +33,7 @@ from ..plan import Plan
 from ..program import Program, lower, to_sft
 from ..space.chains import contraction_chains
 from ..space.kernels import contraction_kernels
-from ..space.options import FORMATION_FLAGS, IM2COL
+from ..space.options import DATA_TILING, FORMATION_FLAGS, IM2COL
 from ..targets import Target
 from ..tuning_db import TuningDB
 from .candidates import plan_of
@@ -118,6 +118,10 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     # im2col changes nothing in a program without convolutions: its profiles are taken (and its
     # option sets searched) only where IREE's default view has one
     im2col_sets = [f for f in flag_sets if IM2COL in f]
+    # data tiling packs the operands of contractions only: in a program without any, its
+    # dispatches are IREE's default ones, and its profiles (and option sets) are skipped
+    packing_sets = [] if variants[WRITTEN][0] else [f for f in flag_sets if DATA_TILING in f]
+    flag_sets = [f for f in flag_sets if f not in packing_sets]
     requests = [(WRITTEN, flags) for flags in flag_sets if flags not in im2col_sets]
     requests += [(e, ()) for e in variants if e != WRITTEN]
     profiles = dict(zip(requests, _profiles([(variants[e][1], f) for e, f in requests], target)))

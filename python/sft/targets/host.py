@@ -27,6 +27,11 @@ from .base import KEEP_F64, Target
 # reference slot 0 is out range of the declared binding capacity", in copy_buffer), IREE alone
 # on JAX's StableHLO too. sft passes weights as arguments, so little is constant to hoist.
 NO_CONST_EXPR_HOISTING = "--iree-opt-const-expr-hoisting=false"
+# IREE's CPU codegen refuses a dispatch whose stack frame passes 32 KiB, far below the 128 KiB
+# each task worker's stack has (`--task_worker_stack_size`; local-sync runs on the caller's
+# thread). Data tiling of a JAX MLP training step needs 34 KiB in one fused dispatch: 64 KiB
+# lets it compile and still leaves half the worker's stack.
+STACK_ALLOCATION_LIMIT = "--iree-llvmcpu-stack-allocation-limit=65536"
 from .cpu import UNCALIBRATED_MARGIN, CpuCodegen
 
 CALIBRATION_FORMAT = 3  # 3: the executor's dispatch cost measured on split dispatches
@@ -108,10 +113,17 @@ def store_trust(trust: dict) -> None:
     store_calibration({**found, "trust": trust})
 
 
+# Fields earlier calibrations stored that this sft no longer models: `ukernel_speedup`, IREE's
+# micro-kernels without data tiling, which compile to the same executables as its default code
+# (they replace only packed contractions, packs and unpacks).
+RETIRED_FIELDS = ("ukernel_speedup",)
+
+
 def apply_calibration(desc: TargetDesc, calibration: dict) -> TargetDesc:
     """`desc` with a stored calibration's measured fields and kernel model parameters."""
     cpu = dataclasses.replace(desc.cpu, **calibration.get("cpu", {}))
-    return dataclasses.replace(desc, **calibration.get("desc", {}), cpu=cpu)
+    measured = {k: v for k, v in calibration.get("desc", {}).items() if k not in RETIRED_FIELDS}
+    return dataclasses.replace(desc, **measured, cpu=cpu)
 
 
 def this_host_calibration() -> dict | None:
@@ -170,7 +182,8 @@ def host() -> Target:
     return Target(
         name="host", about=f"this machine's CPU ({host_isa().name}, llvm-cpu, CPU model {cpu})",
         flags=("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-               f"--iree-llvmcpu-target-cpu={cpu}", KEEP_F64, NO_CONST_EXPR_HOISTING),
+               f"--iree-llvmcpu-target-cpu={cpu}", KEEP_F64, NO_CONST_EXPR_HOISTING,
+               STACK_ALLOCATION_LIMIT),
         expand_f64_math=True,
         driver="local-task", desc=desc, codegen=CpuCodegen(host_isa(), margin),
         options=tuple(cpu_option_space()), kernel_driver=SERIAL_DRIVER,

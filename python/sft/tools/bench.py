@@ -13,9 +13,9 @@
   sft-bench compile  compile time, peak memory and IR size of IREE's path and of sft.compile
                      (none, model), each in a fresh process and cache, with numerics vs eager
   sft-bench dispatches  where the time goes: every kernel of IREE's own compile and of sft's
-                     plan (search="model") compiled alone and timed on one thread, side by side,
-                     beside its roofline bound (FLOPs at the core's peak, bytes at L2 or DRAM
-                     bandwidth) and how far from it each runs
+                     plan (search="model") timed where it runs in its program (IREE's profiling,
+                     one thread), side by side, with the time between dispatches, beside its
+                     roofline bound (FLOPs at the core's peak, bytes at L2 or DRAM bandwidth)
   sft-bench plans    the plan search="model" picks per model and target (--targets), and with
                      --compare OLD.json which differ from those written before (a refactor's check)
 
@@ -228,7 +228,7 @@ def _main(argv: list[str] | None) -> int:
                         "of speed or train)")
     p.add_argument("models", nargs="*", help=f"models (default: all of {', '.join(BENCH_SUITE)})")
     p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
-    p.add_argument("--calls", type=int, default=50, help="calls per round (speed)")
+    p.add_argument("--calls", type=int, default=50, help="calls per round (speed, train, dispatches)")
     p.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile (speed)")
     p.add_argument("--kernels", type=int, default=16, help="kernels to sample (quality)")
     p.add_argument("--candidates", type=int, default=20, help="candidates per kernel (quality)")
@@ -271,7 +271,7 @@ def _main(argv: list[str] | None) -> int:
     elif args.mode == "dispatches":
         from .bench_dispatches import dispatches
 
-        result = dispatches(models, max(3, args.rounds // 2))
+        result = dispatches(models, max(3, args.rounds // 2), max(args.calls, 10))
         if args.plot:
             from .bench_dispatches import plot_roofline
 

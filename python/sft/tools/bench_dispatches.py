@@ -1,9 +1,10 @@
 """sft-bench dispatches: where a model's time goes, kernel by kernel, under IREE's own compile
-and under sft's plan (`search="model"`): every executable of each program compiled alone and
-timed on one thread (`backend.dispatches`), matched by IREE's kernel names (root op, extents,
-types). It finds what a whole-program time hides: a kernel sft's lowering made slower than
-IREE's (a convolution that lost its named op ran 37x slower), and where a training step spends
-its time (95% in five matmuls for the MLP).
+and under sft's plan (`search="model"`): each whole program run on one thread with IREE's
+profiling of host execution (`backend.inprogram`), every dispatch timed where it runs, matched
+by IREE's kernel names (root op, extents, types), and what the call spends between dispatches
+(the VM, allocations, copies). It finds what a whole-program time hides: a kernel sft's lowering
+made slower than IREE's (a convolution that lost its named op ran 37x slower), and where a
+training step spends its time (90% in five matmuls for the MLP).
 
 Models are those of `sft-bench speed` (inference) and `sft-bench train` (training steps, torch
 and JAX).
@@ -11,22 +12,24 @@ and JAX).
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 
 from tqdm import tqdm
 
+BETWEEN = "(between dispatches)"  # the row of a call's time outside every dispatch
 
-def programs(name: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+
+def programs(program) -> dict[str, tuple[str, tuple[str, ...]]]:
     """{"iree": (the front end's linalg, ()), "sft": (sft's planned program, its flags)} for a
-    suite model or training step."""
+    prepared program, both as IREE compiles them (the same arguments)."""
     from ..api import compile_prepared
     from ..targets import get_target
-    from .bench_quality_programs import program_of
 
-    program = program_of(name)
-    compiled = compile_prepared(program, program.module(), get_target("host"), search="model",
-                                keep_ir=True)
-    return {"iree": (program.linalg, ()), "sft": (compiled.stages.planned, compiled.plan.flags)}
+    target = get_target("host")
+    compiled = compile_prepared(program, program.module(), target, search="model", keep_ir=True)
+    return {"iree": (program.for_iree(program.linalg, target), ()),
+            "sft": (compiled.stages.planned, compiled.plan.flags)}
 
 
 def peaks(desc) -> dict:
@@ -40,40 +43,68 @@ def peaks(desc) -> dict:
             "calibration": calibration_state()}
 
 
-def dispatch_row(name: str, rounds: int = 3) -> dict:
-    """Per kernel name: seconds summed over its executables under each variant (None where one
+def dispatch_row(name: str, rounds: int = 3, calls: int = 20) -> dict:
+    """Per kernel name: seconds per call summed over its executables under each variant (the
+    median of `rounds` runs of `calls` calls, the variants taking turns; None where a variant
     failed), the FLOPs and bytes IREE's profile gives them (`work`), and each kernel's roofline
     bound on one core (`bound_s`: its FLOPs at the core's peak or its bytes at the bandwidth of
     where they live, whichever is longer; FLOPs are counted for contractions only, the other
-    dispatches are bound by their bytes); the totals of both."""
-    from ..backend import profile
-    from ..backend.dispatches import time_dispatches
+    dispatches are bound by their bytes); `BETWEEN`, the call's time outside them; the totals
+    of both (the whole call)."""
+    from ..backend import compile_module, profile
+    from ..backend.bench import Variant
+    from ..backend.inprogram import profile_program
     from ..cost.model import roofline
+    from ..errors import SftError
     from ..targets import get_target
+    from .bench_quality_programs import program_of
 
     target = get_target("host")
-    variants = programs(name)
-    kernels: dict = defaultdict(dict)
+    program = program_of(name)
+    variants = programs(program)
+    inputs = program.timing_inputs()
+    runs: dict = {v: [] for v in variants}
     work: dict = defaultdict(dict)
-    with tqdm(desc=f"{name} dispatches", unit="kernel", leave=False) as bar:
-        for variant, (text, flags) in variants.items():
-            for d in time_dispatches(text, target, flags, rounds, progress=bar.update):
-                got = kernels[d.kernel].get(variant, 0.0)
-                kernels[d.kernel][variant] = None if got is None or d.seconds is None else got + d.seconds
-            for d in profile(text, target, flags).dispatches:
-                done = work[d.name].setdefault(variant, {"flops": 0.0, "bytes": 0, "bound_s": 0.0})
-                done["flops"] += d.flops
-                done["bytes"] += d.bytes
-                done["bound_s"] += roofline(d.flops, d.bytes, target.desc, 1)
+    artifacts = {}
+    for variant, (text, flags) in variants.items():
+        artifacts[variant] = compile_module(text, target, flags)
+        for d in profile(text, target, flags).dispatches:
+            done = work[d.name].setdefault(variant, {"flops": 0.0, "bytes": 0, "bound_s": 0.0})
+            done["flops"] += d.flops
+            done["bytes"] += d.bytes
+            done["bound_s"] += roofline(d.flops, d.bytes, target.desc, 1)
+    with tqdm(desc=f"{name} dispatches", total=rounds * len(variants), unit="run", leave=False) as bar:
+        for _ in range(rounds):
+            for variant, artifact in artifacts.items():
+                if runs[variant] is not None:
+                    try:  # on one thread, as the search times kernels
+                        runs[variant].append(profile_program(
+                            Variant(artifact, target.kernel_driver), inputs, calls, program.entry))
+                    except SftError:
+                        runs[variant] = None
+                bar.update()
+    kernels: dict = defaultdict(dict)
+    for variant, found in runs.items():
+        per_kernel = defaultdict(list)
+        for times in found or []:
+            summed = defaultdict(float)
+            for d in times.dispatches:
+                summed[d.kernel] += d.seconds_per_call
+            summed[BETWEEN] = times.between_seconds
+            for kernel, seconds in summed.items():
+                per_kernel[kernel].append(seconds)
+        for kernel, samples in per_kernel.items():
+            kernels[kernel][variant] = statistics.median(samples)
     work = {k: w for k, w in work.items() if k in kernels}  # kernels that were timed
-    totals = {v: sum(k.get(v) or 0.0 for k in kernels.values()) for v in variants}
+    totals = {v: (statistics.median(t.call_seconds for t in runs[v]) if runs[v] else None)
+              for v in variants}
     bounds = {v: sum(w[v]["bound_s"] for w in work.values() if v in w) for v in variants}
     return {"model": name, "kernels": dict(kernels), "total_s": totals, "work": work,
             "bound_s": bounds, "peaks": peaks(target.desc)}
 
 
 def _us(seconds) -> str:
-    return "-" if seconds is None else f"{seconds * 1e6:9.1f}"
+    return f"{'-':>9}" if seconds is None else f"{seconds * 1e6:9.1f}"
 
 
 def _of_bound(seconds, bound) -> str:
@@ -83,13 +114,14 @@ def _of_bound(seconds, bound) -> str:
 def print_row(row: dict, top: int = 12) -> None:
     kernels, work, p = row["kernels"], row["work"], row["peaks"]
     order = sorted(kernels, key=lambda k: -max(v or 0.0 for v in kernels[k].values()))
-    print(f"{row['model']}: us per call, kernel by kernel (one thread), IREE's own compile / "
-          f"sft's plan; the roofline bound on one core ({p['flops_per_s'] / 1e9:.0f} GFLOP/s, L2 "
+    order = [k for k in order if k != BETWEEN][:top] + [BETWEEN] * (BETWEEN in kernels)
+    print(f"{row['model']}: us per call, kernel by kernel, each where it runs in its program (one "
+          f"thread), IREE's own compile / sft's plan; the roofline bound on one core ({p['flops_per_s'] / 1e9:.0f} GFLOP/s, L2 "
           f"{p['l2_bytes_per_s'] / 1e9:.0f} GB/s, DRAM {p['dram_bytes_per_s'] / 1e9:.0f} GB/s: "
           f"{p['calibration']}) and how far each is from it")
     print(f"  {'kernel':<48} {'IREE':>9} {'sft':>9} {'speedup':>7} {'bound':>9} {'IREE/b':>7} "
           f"{'sft/b':>7} {'sft GF/s':>8}")
-    for kernel in order[:top]:
+    for kernel in order:
         iree, ours = kernels[kernel].get("iree"), kernels[kernel].get("sft")
         ratio = f"{iree / ours:6.2f}x" if iree and ours else "      -"
         bound = {v: w["bound_s"] for v, w in work.get(kernel, {}).items()}
@@ -97,9 +129,9 @@ def print_row(row: dict, top: int = 12) -> None:
         rate = f"{flops / ours / 1e9:8.1f}" if ours and flops else "       -"
         print(f"  {kernel[:48]:<48} {_us(iree)} {_us(ours)} {ratio} {_us(bound.get('sft'))} "
               f"{_of_bound(iree, bound.get('iree'))} {_of_bound(ours, bound.get('sft'))} {rate}")
-    total, bounds, rest = row["total_s"], row["bound_s"], len(order) - top
-    label = "total" + (f" ({rest} more kernels)" if rest > 0 else "")
-    ratio = f"{total['iree'] / total['sft']:6.2f}x" if total["sft"] else ""
+    total, bounds, rest = row["total_s"], row["bound_s"], len(kernels) - len(order)
+    label = "whole call" + (f" ({rest} more kernels)" if rest > 0 else "")
+    ratio = f"{total['iree'] / total['sft']:6.2f}x" if total["sft"] and total["iree"] else ""
     print(f"  {label:<48} {_us(total['iree'])} {_us(total['sft'])} {ratio:>7} {_us(bounds['sft'])} "
           f"{_of_bound(total['iree'], bounds['iree'])} {_of_bound(total['sft'], bounds['sft'])}")
 
@@ -131,9 +163,9 @@ def plot_roofline(result: dict, path: str) -> None:
     fig.savefig(path, dpi=150, bbox_inches="tight")
 
 
-def dispatches(models: list[str], rounds: int) -> dict:
+def dispatches(models: list[str], rounds: int, calls: int = 20) -> dict:
     rows = []
     for name in models:
-        rows.append(dispatch_row(name, rounds))
+        rows.append(dispatch_row(name, rounds, calls))
         print_row(rows[-1])
     return {"rows": rows}
