@@ -27,11 +27,6 @@ from .base import KEEP_F64, Target
 # reference slot 0 is out range of the declared binding capacity", in copy_buffer), IREE alone
 # on JAX's StableHLO too. sft passes weights as arguments, so little is constant to hoist.
 NO_CONST_EXPR_HOISTING = "--iree-opt-const-expr-hoisting=false"
-# IREE's CPU codegen refuses a dispatch whose stack frame passes 32 KiB, far below the 128 KiB
-# each task worker's stack has (`--task_worker_stack_size`; local-sync runs on the caller's
-# thread). Data tiling of a JAX MLP training step needs 34 KiB in one fused dispatch: 64 KiB
-# lets it compile and still leaves half the worker's stack.
-STACK_ALLOCATION_LIMIT = "--iree-llvmcpu-stack-allocation-limit=65536"
 from .cpu import UNCALIBRATED_MARGIN, CpuCodegen
 
 CALIBRATION_FORMAT = 3  # 3: the executor's dispatch cost measured on split dispatches
@@ -182,8 +177,7 @@ def host() -> Target:
     return Target(
         name="host", about=f"this machine's CPU ({host_isa().name}, llvm-cpu, CPU model {cpu})",
         flags=("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
-               f"--iree-llvmcpu-target-cpu={cpu}", KEEP_F64, NO_CONST_EXPR_HOISTING,
-               STACK_ALLOCATION_LIMIT),
+               f"--iree-llvmcpu-target-cpu={cpu}", KEEP_F64, NO_CONST_EXPR_HOISTING),
         expand_f64_math=True,
         driver="local-task", desc=desc, codegen=CpuCodegen(host_isa(), margin),
         options=tuple(cpu_option_space()), kernel_driver=SERIAL_DRIVER,
