@@ -346,8 +346,8 @@ def fit_kernel_model(samples: list[FitSample], desc: TargetDesc,
 
 def calibration_runs(rounds: int = 7, fit_rounds: int = FIT_ROUNDS) -> int:
     """Progress steps of `calibrate`: benchmark processes, and the fit's compiles."""
-    # chains 8, copies 2, the matmul's option sets 4, each executor reading 4
-    return (14 + 4 * EXECUTOR_READINGS) * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
+    # chains 8, copies 2, the matmul's option sets 3, each executor reading 4
+    return (13 + 4 * EXECUTOR_READINGS) * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
 
 
 def calibrate(rounds: int = 7, progress=None, fit_rounds: int = FIT_ROUNDS) -> dict:

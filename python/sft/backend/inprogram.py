@@ -3,9 +3,9 @@
 `iree-benchmark-module` runs the program with IREE's HAL profiling of host execution
 (`--device_profiling_mode=host-execution`), and `iree-profile` reads the bundle back: per
 dispatch function, how often it ran, its wall time per run and the summed time of its
-workgroups (over every worker). Why not time each executable alone (IREE's benchmark module per executable): there
-the same 32x1024x256 matmul measured 480 us per dispatch against 233 us in its program (IREE's
-benchmark function over zeroed buffers, cause not found), and what a program loses between its
+workgroups (over every worker). Why not time each executable alone (IREE's benchmark module
+per executable): there the same 32x1024x256 matmul measured 480 us per dispatch against 233 us
+in its program (over zeroed buffers, cause not found), and what a program loses between its
 dispatches (the executor's wake-ups, the VM, allocations) is only seen whole: the call's time
 less the dispatches' sum.
 """
@@ -55,7 +55,7 @@ class MeasuredDispatch:
 class ProgramTimes:
     """Where one call of a program goes: its wall time and each dispatch's share of it."""
 
-    call_seconds: float                  # the benchmark's wall time per call (under profiling)
+    call_seconds: float                       # the benchmark's wall time per call (under profiling)
     dispatches: tuple[MeasuredDispatch, ...]  # slowest first
 
     @property
@@ -108,8 +108,8 @@ def profile_program(variant: Variant, inputs: list, calls: int = 20, function: s
     if not groups:
         raise SftError(f"{variant.device} recorded no dispatch (profiling mode {PROFILING_MODE})")
     times = [MeasuredDispatch(name=g["key"], runs=g["valid"] / iterations,
-                          seconds=g["total_ns"] * 1e-9 / max(g["valid"], 1),
-                          tile_seconds=g["total_tile_duration_sum_ns"] * 1e-9 / max(g["valid"], 1),
-                          workgroups=math.prod(g.get("last_workgroup_count") or [1]))
+                              seconds=g["total_ns"] * 1e-9 / max(g["valid"], 1),
+                              tile_seconds=g["total_tile_duration_sum_ns"] * 1e-9 / max(g["valid"], 1),
+                              workgroups=math.prod(g.get("last_workgroup_count") or [1]))
              for g in groups]
     return ProgramTimes(call, tuple(sorted(times, key=lambda d: -d.seconds_per_call)))

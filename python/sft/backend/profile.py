@@ -153,8 +153,12 @@ class Profile:
     dispatches: tuple[Dispatch, ...]
     dispatch_count: int               # dispatches executed (executables may be shared)
 
+    def contractions(self, dims: tuple[int, ...]) -> list[Dispatch]:
+        """The contraction dispatches of loop extents `dims`, in dispatch order."""
+        return [d for d in self.dispatches if d.is_contraction and d.dims == dims]
+
     def contraction(self, dims: tuple[int, ...]) -> Dispatch | None:
-        return next((d for d in self.dispatches if d.is_contraction and d.dims == dims), None)
+        return next(iter(self.contractions(dims)), None)
 
     def to_json(self) -> str:
         """The profile as JSON (what the module cache stores instead of the configured IR)."""

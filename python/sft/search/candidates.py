@@ -28,8 +28,9 @@ def program_candidates(report, tiles: tuple = (), top_options: int = TOP_OPTIONS
     never given less than IREE alone), the `top_options` best predicted option sets with
     `tiles`, plus the best of each driver, fusion, packing and convolution strategy however the
     model ranks them (the executor's cost on a shared machine, IREE's convolution code and what
-    its aggressive fusion or data tiling cannot compile are what the model misjudges), and, where a graph rewrite
-    was chosen, the best options on the program as written (the rewrites measured alone).
+    its aggressive fusion or data tiling cannot compile are what the model misjudges), and,
+    where a graph rewrite was chosen, the best options on the program as written (the rewrites
+    measured alone).
     Identical plans once, under the first name."""
     candidates = {"iree-default": Plan(), "iree-import": Plan(as_imported=True)}
     # data tiling among the kinds: where iree-compile cannot finish a program's packed code

@@ -228,7 +228,7 @@ def _dispatch_of(kernel: Kernel, profile: Profile):
     """IREE's dispatch of `kernel`: one of its loop extents, the one reading its operands as the
     kernel does where several have those extents (an MLP's forward x @ W1 and backward
     dY @ W2^T are both 32x1024x256, one with B across its rows), else the first."""
-    found = [d for d in profile.dispatches if d.is_contraction and d.dims == kernel.domain]
+    found = profile.contractions(kernel.domain)
     return next((d for d in found if same_layout(kernel, d.maps)), found[0] if found else None)
 
 

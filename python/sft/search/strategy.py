@@ -120,8 +120,8 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     im2col_sets = [f for f in flag_sets if IM2COL in f]
     # data tiling packs the operands of contractions only: in a program without any, its
     # dispatches are IREE's default ones, and its profiles (and option sets) are skipped
-    packing_sets = [] if variants[WRITTEN][0] else [f for f in flag_sets if DATA_TILING in f]
-    flag_sets = [f for f in flag_sets if f not in packing_sets]
+    if not variants[WRITTEN][0]:
+        flag_sets = [f for f in flag_sets if DATA_TILING not in f]
     requests = [(WRITTEN, flags) for flags in flag_sets if flags not in im2col_sets]
     requests += [(e, ()) for e in variants if e != WRITTEN]
     profiles = dict(zip(requests, _profiles([(variants[e][1], f) for e, f in requests], target)))
