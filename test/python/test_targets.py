@@ -119,9 +119,10 @@ def test_host_reads_the_machine(tmp_path):
                                                      (3, "Unified", "32M", "0-7")]):
         d = tmp_path / f"index{i}"
         d.mkdir()
-        for field, value in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
+        for field, value in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", shared),
+                             ("ways_of_associativity", 12 if kind == "Data" else 16)):
             (d / field).write_text(f"{value}\n")
-    assert read_caches(tmp_path) == type(caches)(48 << 10, 1 << 20, 32 << 20)
+    assert read_caches(tmp_path) == type(caches)(48 << 10, 1 << 20, 32 << 20, l1_ways=12)
     assert read_caches(tmp_path / "missing") == DEFAULT_CACHES
 
 

@@ -51,6 +51,12 @@ class CpuModelParams:
     l2_bytes_per_cycle: float = 32.0  # panels read again from L2 into L1
     # How much of the shorter of compute and memory time hides under the longer (1: all of it).
     overlap: float = 0.5
+    # Cycles per access of a line that L1 lost to its own operand's other rows: a register
+    # block's rows whose stride is a multiple of L1's set span (k = 1024 or 2048 floats) share
+    # one set, and more rows than ways evict each other at every k. Measured on Zen 4 (8 ways):
+    # 128x256x1024 with a 16-row block 1469 against 627-650 us at k = 256, 512 or 1040 (20
+    # cycles per k for 16 broadcasts of A); B contiguous along k, 16 rows, about 3 cycles a line.
+    conflict_cycles: float = 1.25
 
     # What `sft-calibrate` fits, with `TargetDesc.peak_flops_f32` and `workgroup_overhead`. The
     # issue rates stay as the ISA says: they set the model's shape, the fit its scale.
@@ -93,6 +99,7 @@ class TargetDesc:
     data_tiling_ukernel_speedup: float = 1.0
     # CPU: the kernel model's constants (ISA defaults unless fitted by `sft-calibrate`).
     cpu: CpuModelParams = field(default_factory=CpuModelParams)
+    l1_ways: int = 8                      # CPU: L1's associativity (lines per set)
 
     @property
     def cycle_seconds(self) -> float:

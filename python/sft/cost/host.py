@@ -78,11 +78,13 @@ def host_isa() -> HostISA:
 @dataclass(frozen=True)
 class HostCaches:
     """Data cache sizes in bytes as one core sees them: L1 and L2 per core (a cache shared by
-    several cores counts its share), the last level for the whole chip."""
+    several cores counts its share), the last level for the whole chip; and L1's associativity
+    (lines of one set: rows whose stride is a multiple of L1's set span all land in one set)."""
 
     l1_bytes: int
     l2_bytes: int
     last_level_bytes: int
+    l1_ways: int = 8
 
 
 # What the cost model assumes where the machine does not say (no sysfs, a container hiding it).
@@ -109,6 +111,7 @@ def read_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> Host
     defaults for what is not there or does not read."""
     per_core: dict[int, int] = {}
     whole: dict[int, int] = {}
+    ways = DEFAULT_CACHES.l1_ways
     for index in sorted(root.glob("index*")):
         try:
             level = int((index / "level").read_text())
@@ -119,11 +122,16 @@ def read_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> Host
         except (OSError, ValueError, KeyError):
             continue
         per_core[level], whole[level] = size // max(sharing, 1), size
+        if level == 1:
+            try:
+                ways = int((index / "ways_of_associativity").read_text()) or ways
+            except (OSError, ValueError):
+                pass
     if 1 not in per_core:
         return DEFAULT_CACHES
     last = max(whole)
     return HostCaches(per_core[1], per_core.get(2, DEFAULT_CACHES.l2_bytes),
-                      whole[last] if last >= 2 else DEFAULT_CACHES.last_level_bytes)
+                      whole[last] if last >= 2 else DEFAULT_CACHES.last_level_bytes, ways)
 
 
 def host_cores() -> int:

@@ -38,6 +38,31 @@ def _ceil_div(a, b):
     return np.ceil(np.divide(a, b))  # exact for the integer-valued operands here; faster than //
 
 
+def rows_per_set(rows, stride_bytes: float, target: TargetDesc, line: int = 64):
+    """Lines of `rows` rows, `stride_bytes` apart, that fall in the busiest set of L1: rows whose
+    stride is a multiple of the set span (sets x line) all share one."""
+    sets = max(int(target.l1_bytes // (max(target.l1_ways, 1) * line)), 1)
+    if stride_bytes % line:
+        return np.ones_like(rows)  # rows drift across the sets
+    step = int(stride_bytes // line) % sets
+    spanned = sets // np.gcd(step, sets) if step else 1
+    return _ceil_div(rows, spanned)
+
+
+def conflict_cycles(kernel: Kernel, vm, vn, vk, target: TargetDesc):
+    """Cycles per k a register block loses to L1 set conflicts: where more of an operand's rows
+    share a set than L1 has ways, every access of them goes to L2 (A: vm broadcasts per k;
+    B contiguous along k: a line per row per line's worth of k)."""
+    stride = kernel.k * kernel.operand_bytes
+    lost = np.zeros_like(vm)
+    if kernel.a_along_k:
+        lost = lost + np.where(rows_per_set(vm, stride, target) > target.l1_ways, vm, 0.0)
+    if kernel.b_transposed:
+        lines = vn * _ceil_div(vk * kernel.operand_bytes, 64.0) / vk
+        lost = lost + np.where(rows_per_set(vn, stride, target) > target.l1_ways, lines, 0.0)
+    return lost * target.cpu.conflict_cycles
+
+
 def parallel_speedup(active, target: TargetDesc):
     """What `active` busy cores give over one, at the target's measured parallel efficiency."""
     return 1.0 + (active - 1.0) * target.parallel_efficiency
@@ -97,7 +122,7 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: i
     ports = np.stack([alu / p.fma_per_cycle, loads / p.loads_per_cycle, shuffles / p.shuffles_per_cycle])
     busiest = ports.max(axis=0)
     per_k = np.maximum(busiest + (1.0 - p.issue_overlap) * (ports.sum(axis=0) - busiest),
-                       p.fma_latency + partial)
+                       p.fma_latency + partial) + conflict_cycles(kernel, vm, vn, vk, target)
     blocks = b * _ceil_div(m, vm) * _ceil_div(n, vn)
     steps = _ceil_div(k, vk)
     cycles = blocks * (k * per_k + steps * p.step_cycles)

@@ -66,6 +66,13 @@ class Kernel:
         dims = _result_dims(self.maps[1]) if len(self.maps) == 3 else []
         return bool(dims) and self.roles[dims[-1]] == "k"
 
+    @property
+    def a_along_k(self) -> bool:
+        """The first operand is contiguous along k (a row-major A): a register block reads vm of
+        its rows, k elements apart."""
+        dims = _result_dims(self.maps[0]) if len(self.maps) == 3 else []
+        return bool(dims) and self.roles[dims[-1]] == "k"
+
     def key(self) -> str:
         """Canonical hash of what the kernel computes (ops, shapes, dtypes), for the tuning DB."""
         text = f"contract|{self.domain}|{self.roles}|{self.element_bytes}|{self.maps}"

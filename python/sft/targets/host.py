@@ -50,7 +50,7 @@ def detected_description() -> TargetDesc:
         name=f"host-{isa.name}", cores=host_cores(), simd_f32=isa.lanes_f32,
         vector_registers=isa.vector_registers,
         peak_flops_f32=2.0 * cpu.fma_per_cycle * isa.lanes_f32 * NOMINAL_CLOCK_HZ,
-        l1_bytes=caches.l1_bytes, l2_bytes=caches.l2_bytes,
+        l1_bytes=caches.l1_bytes, l2_bytes=caches.l2_bytes, l1_ways=caches.l1_ways,
         l1_bandwidth=200e9, l2_bandwidth=100e9, dram_bandwidth=20e9,
         dispatch_overhead=4e-6, workgroup_overhead=0.05e-6, invoke_overhead=45e-6,
         serial_invoke_overhead=2e-6, serial_dispatch_overhead=1e-6, parallel_efficiency=0.5,
