@@ -81,3 +81,24 @@ def test_a_program_that_fails_is_one_error(artifact):
     with pytest.raises(SftError, match="profiling main on local-sync failed"):
         profile_program(Variant(artifact, "local-sync"), [np.zeros((3, 3), np.float32)] * 2
                         + [np.float64(1.0)], calls=2)
+
+
+@pytest.mark.parametrize("driver", ["local-sync", "local-task"])
+def test_results_held_on_the_device_survive_later_calls(artifact, driver):
+    """The CPU drivers run on IREE's caching allocator (`HOST_ALLOCATORS`), which hands freed
+    blocks of one size to the next call: a result still held must never be one of them. Each
+    call's result, read back after later calls wrote theirs, is numpy's for its own inputs."""
+    from sft.backend.runtime import HOST_ALLOCATORS, device_flags, load
+
+    assert "caching" in HOST_ALLOCATORS and "--device_allocator=caching" in device_flags(driver)
+    loaded = load(artifact, "main", driver)
+    rng = np.random.default_rng(1)
+    calls = [[rng.standard_normal((64, 128), np.float32), rng.standard_normal((128, 96), np.float32),
+              np.float64(scale)] for scale in (0.5, 2.0, -1.0)]
+    held = [loaded.call_on_device(*inputs)[0] for inputs in calls]
+    for _ in range(3):  # freed results of the same size go back to the cache
+        loaded(*calls[0])
+    for inputs, result in zip(calls, held):
+        m = inputs[0].astype(np.float64) @ inputs[1]
+        expected = m / m.sum(axis=1, keepdims=True) * inputs[2]
+        np.testing.assert_allclose(np.asarray(result.to_host()), expected, rtol=2e-3, atol=1e-4)

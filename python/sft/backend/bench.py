@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import SftError
 from .iree import Artifact
 from .process import run_group
+from .runtime import device_flags
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
@@ -104,7 +105,7 @@ def benchmark(variants: dict, inputs: list, rounds: int = 5, min_time: float = 0
             module = folder / f"module{i}.vmfb"
             module.write_bytes(variant.artifact.vmfb)
             commands[name] = [tool, f"--module={module}", f"--function={function}",
-                              f"--device={variant.device}", *flags, "--benchmark_format=json",
+                              *device_flags(variant.device), *flags, "--benchmark_format=json",
                               f"--benchmark_min_time={min_time}s"]
         for _ in range(rounds):
             for name, cmd in commands.items():

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import SftError
 from .bench import _UNITS, Variant, _tool, input_flags
+from .runtime import device_flags
 from .process import run_group
 
 PROFILING_MODE = "host-execution"  # the family IREE's local (CPU) drivers record
@@ -87,7 +88,7 @@ def profile_program(variant: Variant, inputs: list, calls: int = 20, function: s
         module, bundle = folder / "module.vmfb", folder / "run.ireeprof"
         module.write_bytes(variant.artifact.vmfb)
         cmd = [_tool("iree-benchmark-module"), f"--module={module}", f"--function={function}",
-               f"--device={variant.device}", *input_flags(inputs, folder),
+               *device_flags(variant.device), *input_flags(inputs, folder),
                f"--device_profiling_mode={PROFILING_MODE}",
                f"--device_profiling_output={bundle}", "--benchmark_format=json",
                f"--benchmark_min_time={calls}x", "--benchmark_repetitions=1"]

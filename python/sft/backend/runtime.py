@@ -21,6 +21,20 @@ GPU_DRIVERS = ("cuda", "hip", "vulkan")
 WORKERS_ENV = "SFT_TASK_WORKERS"
 
 _CONFIGS: dict[str, object] = {}
+# IREE's allocators for the CPU drivers: "caching" keeps freed blocks for the next call's
+# buffers of the same sizes, where the default allocator returns them to the system. A training
+# step's results and transients are fresh buffers every call: on a 2-core Zen 4 VM the time
+# between dispatches fell 4x on local-sync (mlp_b32 step, 144 -> 36 us) and by 0.4-0.6 on
+# local-task (800 -> 350 us, the JAX MLP step), by IREE's profile of each call.
+HOST_ALLOCATORS = ("caching",)
+
+
+def device_flags(driver: str) -> list[str]:
+    """The flags that give IREE's tools the device this process runs `driver` on."""
+    flags = [f"--device={driver}"]
+    if driver.startswith("local-"):
+        flags += [f"--device_allocator={a}" for a in HOST_ALLOCATORS]
+    return flags
 
 
 def _config(driver: str):
@@ -33,7 +47,11 @@ def _config(driver: str):
         if workers and driver == "local-task":  # read when the executor starts: before its config
             rt.flags.parse_flags(f"--task_topology_max_group_count={int(workers)}")
         try:
-            _CONFIGS[driver] = rt.Config(driver)
+            if driver.startswith("local-"):
+                device = rt.get_driver(driver).create_device_by_uri(driver, allocators=list(HOST_ALLOCATORS))
+                _CONFIGS[driver] = rt.Config(device=device)
+            else:
+                _CONFIGS[driver] = rt.Config(driver)
         except (RuntimeError, ValueError) as err:  # no such device here, or no driver library
             raise SftError(f"cannot run on IREE's '{driver}' driver here: {str(err).strip()} "
                            "(the module is compiled: `compiled.save(path)` writes it)") from None
