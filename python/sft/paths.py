@@ -30,7 +30,9 @@ def cache_dir() -> Path:
     """The cache folder, created if need be. Never raises: a folder that cannot be created (a
     file in the way, a read-only parent) is returned all the same, with one warning; every
     reader then finds nothing and every writer skips."""
-    path = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "sft"))
+    # An empty SFT_CACHE_DIR means unset, as in a shell's `SFT_CACHE_DIR= cmd`: Path("") would
+    # be the working directory, filled with cache files.
+    path = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "sft")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -245,3 +245,11 @@ def test_the_size_limit_applies_after_each_write(cache_at, tmp_path, monkeypatch
     iree.compile_module(MATMUL, get_target("host"))
     iree.profile(MATMUL, get_target("host"))
     assert _entries(folder) == []
+
+
+def test_an_empty_cache_variable_means_the_default_folder(monkeypatch, tmp_path):
+    # `SFT_CACHE_DIR= cmd` in a shell: never the working directory
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(paths.CACHE_ENV, "")
+    assert paths.cache_dir() == tmp_path / ".cache" / "sft"

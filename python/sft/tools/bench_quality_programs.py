@@ -22,6 +22,7 @@ from tqdm import tqdm
 # and training steps (torch and JAX), none in the calibration's fit and none a default row of
 # `sft-bench train`, so that the trust measured here is checked on programs it never saw.
 DEFAULT_PROGRAMS = ("mlp", "transformer_layer", "linear_attention", "mlp_b8", "jax_mlp_b8")
+CONTROL = "iree-default (control)"  # IREE's default timed twice, as two variants
 
 
 def program_of(name: str):
@@ -55,7 +56,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     from ..errors import SftError
     from ..plan import Plan
     from ..program import lower
-    from ..quality import ordered_pairs
+    from ..quality import NOISE, ordered_pairs
     from ..search.strategy import option_plan, search_plan
     from ..targets import get_target
 
@@ -77,8 +78,12 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
             failed.append(vname)
             continue
         builders[vname] = (loaded_call, (artifact, plan.driver, inputs, keep, resident, storage))
+    if "iree-default" in builders:  # the same module in a process of its own: the noise floor
+        builders[CONTROL] = builders["iree-default"]
     timings = time_variants(builders, rounds, calls)
     measured = {k: t.seconds for k, t in timings.items() if t.seconds is not None}
+    control = measured.pop(CONTROL, None)
+    builders.pop(CONTROL, None)
     failed += [k for k in builders if k not in measured]
     if "iree-default" not in measured:
         raise SftError(f"{name}: IREE's default plan could not be timed ({timings['iree-default'].error})")
@@ -90,9 +95,14 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     default_p, default_m = report.default_predicted, measured["iree-default"]
     errors = [(decision_kinds(variants[n][0]), (measured[n] / default_m) / (variants[n][1] / default_p))
               for n in names if n != "iree-default"]
+    # Two processes of one module differ by this much: pairs closer than that are not ordered
+    # by the measurement, and a pick is slower than the default only beyond it.
+    noise = abs(control - default_m) / min(control, default_m) if control else float("nan")
     good, total = ordered_pairs(predicted, seconds)
+    beyond = ordered_pairs(predicted, seconds, max(NOISE, noise)) if control else (good, total)
     return {"program": name, "predicted_s": dict(zip(names, predicted)), "measured_s": measured,
-            "failed": failed, "pairs": [good, total], "raw_pick": raw_pick, "pick": pick,
+            "failed": failed, "pairs": [good, total], "pairs_beyond_control": list(beyond),
+            "control_noise": noise, "raw_pick": raw_pick, "pick": pick,
             "chosen": report.chosen, "regret": measured[raw_pick] / min(seconds),
             "raw_pick_over_default": measured[raw_pick] / default_m,
             "pick_over_default": (measured[pick] / default_m) if pick else float("nan"),
@@ -103,29 +113,39 @@ def program_quality(models: list[str], rounds: int, calls: int, store: bool = Fa
     """`program_row` of each model, the summary, and with `store` the measured trust factors
     written into this host's calibration."""
     from ..cost.trust import measured_factors
+    from ..quality import NOISE
     from ..targets import get_target
     from ..targets.host import calibration_state, store_trust
 
     target = get_target("host")
     print(f"host {target.desc.name} ({target.about}); model: {calibration_state()}; "
           f"trust: {target.trust.source}")
-    print(f"{'program':<20}{'plans':>6}{'pairs':>9}{'regret':>8}{'raw pick/iree':>15}{'pick/iree':>11}  chosen")
+    print(f"{'program':<20}{'plans':>6}{'pairs':>9}{'noise':>7}{'>noise':>8}{'regret':>8}"
+          f"{'raw pick/iree':>15}{'pick/iree':>11}  chosen")
     rows = []
     for name in models:
         row = program_row(name, rounds, calls)
         rows.append(row)
         good, total = row["pairs"]
-        print(f"{name:<20}{len(row['measured_s']):>6}{f'{good}/{total}':>9}{row['regret']:>7.2f}x"
+        good_n, total_n = row["pairs_beyond_control"]
+        print(f"{name:<20}{len(row['measured_s']):>6}{f'{good}/{total}':>9}"
+              f"{row['control_noise']:>6.1%}{f'{good_n}/{total_n}':>8}{row['regret']:>7.2f}x"
               f"{row['raw_pick_over_default']:>14.2f}x{row['pick_over_default']:>10.2f}x  "
               f"{row['chosen'][:70]}", flush=True)
         for kinds, error in sorted(row["errors"], key=lambda e: -e[1])[:3]:
             print(f"    worst: {'+'.join(kinds) or '-':<32} measured/predicted vs IREE {error:.2f}x")
     good = sum(r["pairs"][0] for r in rows)
     total = sum(r["pairs"][1] for r in rows)
+    good_n = sum(r["pairs_beyond_control"][0] for r in rows)
+    total_n = sum(r["pairs_beyond_control"][1] for r in rows)
     geo = lambda xs: float(math.exp(np.mean(np.log(xs)))) if xs else float("nan")  # noqa: E731
     picks = [r["pick_over_default"] for r in rows if math.isfinite(r["pick_over_default"])]
     factors = measured_factors([e for r in rows for e in r["errors"]])
     summary = {"pairwise": good / total if total else float("nan"),
+               "pairwise_beyond_control": good_n / total_n if total_n else float("nan"),
+               # the search's choice slower than IREE's default by more than that program's noise
+               "picks_slower_beyond_control": sum(
+                   r["pick_over_default"] > 1 + max(NOISE, r["control_noise"]) for r in rows),
                "regret_geomean": geo([r["regret"] for r in rows]),
                "regret_max": max((r["regret"] for r in rows), default=float("nan")),
                "pick_over_default_geomean": geo(picks),
