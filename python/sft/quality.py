@@ -19,13 +19,16 @@ from .space.kernels import Kernel
 NOISE = 0.03  # measured times closer than this are not ordered (identical modules vary so much)
 
 
-def ordered_pairs(predicted: list[float], measured: list[float], noise: float = NOISE) -> tuple[int, int]:
+def ordered_pairs(predicted: list[float], measured: list[float], noise: float | list[float] = NOISE
+                  ) -> tuple[int, int]:
     """(pairs the prediction orders as measured, pairs) among those whose measured times differ
-    by more than `noise` (closer than that, the order is noise)."""
+    by more than `noise` (closer than that, the order is noise); a list gives each candidate's
+    own noise, and a pair the larger of its two."""
+    spread = noise if isinstance(noise, list) else [noise] * len(measured)
     good = total = 0
     for i, j in itertools.combinations(range(len(measured)), 2):
         mi, mj = measured[i], measured[j]
-        if abs(mi - mj) <= noise * min(mi, mj):
+        if abs(mi - mj) <= max(spread[i], spread[j]) * min(mi, mj):
             continue
         total += 1
         good += (predicted[i] < predicted[j]) == (mi < mj)
