@@ -57,3 +57,46 @@ func.func @unsupported_is_carried(%a: tensor<2xf32>) -> tensor<4xf32> {
   %c = tensor.concat dim(0) %a, %a : (tensor<2xf32>, tensor<2xf32>) -> tensor<4xf32>
   return %c : tensor<4xf32>
 }
+
+// A bf16 x bf16 product accumulated in f32 (JAX's preferred_element_type, IREE's mixed
+// matmul) is a contraction whose inputs stay bf16.
+// CHECK-LABEL: func.func @mixed_precision_matmul
+func.func @mixed_precision_matmul(%a: tensor<8x16xbf16>, %b: tensor<16x4xbf16>) -> tensor<8x4xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8x4xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<8x4xf32>) -> tensor<8x4xf32>
+  // CHECK: "sft.contract"(%arg0, %arg1, %{{.*}}) {domain = array<i64: 8, 4, 16>
+  // CHECK-SAME: (tensor<8x16xbf16>, tensor<16x4xbf16>, tensor<8x4xf32>) -> tensor<8x4xf32>
+  %m = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>],
+                       iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%a, %b : tensor<8x16xbf16>, tensor<16x4xbf16>) outs(%f : tensor<8x4xf32>) {
+  ^bb0(%x: bf16, %y: bf16, %acc: f32):
+    %xf = arith.extf %x : bf16 to f32
+    %yf = arith.extf %y : bf16 to f32
+    %p = arith.mulf %xf, %yf : f32
+    %s = arith.addf %acc, %p : f32
+    linalg.yield %s : f32
+  } -> tensor<8x4xf32>
+  return %m : tensor<8x4xf32>
+}
+
+// An input extended and also read otherwise is a reduction, not a contraction.
+// CHECK-LABEL: func.func @extended_and_read_again
+func.func @extended_and_read_again(%a: tensor<8x16xbf16>, %b: tensor<16x4xbf16>) -> tensor<8x4xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8x4xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<8x4xf32>) -> tensor<8x4xf32>
+  // CHECK: "sft.reduce"
+  %m = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>],
+                       iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%a, %b : tensor<8x16xbf16>, tensor<16x4xbf16>) outs(%f : tensor<8x4xf32>) {
+  ^bb0(%x: bf16, %y: bf16, %acc: f32):
+    %xf = arith.extf %x : bf16 to f32
+    %yf = arith.extf %y : bf16 to f32
+    %p = arith.mulf %xf, %yf : f32
+    %q = arith.mulf %p, %xf : f32
+    %s = arith.addf %acc, %q : f32
+    linalg.yield %s : f32
+  } -> tensor<8x4xf32>
+  return %m : tensor<8x4xf32>
+}

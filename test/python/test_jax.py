@@ -100,6 +100,18 @@ def test_transformer_block(search):
     _assert_matches(compiled(params, x), jax.jit(transformer_block)(params, x))
 
 
+def test_mixed_precision_matmul_is_a_searched_contraction():
+    # bf16 inputs accumulated in f32 (preferred_element_type): one contraction whose tiles the
+    # search chooses, with jax.jit's values; before, a reduction IREE tiled alone
+    def f(a, b, c):
+        y = jax.lax.dot(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), preferred_element_type=jnp.float32)
+        return jax.nn.relu(y) + c
+    a, b, c = _rand((64, 256), 30), _rand((256, 128), 31), _rand(128, 32)
+    compiled = sft.compile(f, (a, b, c), search="model")
+    assert compiled.opaque_ops == 0 and len(compiled.plan.tiles) == 1
+    _assert_matches(compiled(a, b, c), jax.jit(f)(a, b, c))
+
+
 def test_layernorm_alone():
     x, g, b = _rand((2, 16, 8), 4, 3.0), _rand(8, 5) + 1, _rand(8, 6)
     compiled = sft.compile(layernorm, (x, g, b))

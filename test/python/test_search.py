@@ -201,6 +201,10 @@ def test_quality_metrics_on_a_hand_made_ranking():
     assert KernelQuality(MATMUL, [0, 1], [1.0, 2.0], [1.01, 1.0]).pairs() == (0, 0)
     s = summarize([q])
     assert s["pairwise_accuracy"] == pytest.approx(5 / 6) and s["candidates"] == 4
+    # each candidate's own noise (its driver's control): a pair needs the larger of its two
+    from sft.quality import ordered_pairs
+    assert ordered_pairs([1.0, 2.0, 3.0], [1.2, 1.0, 2.0]) == (2, 3)
+    assert ordered_pairs([1.0, 2.0, 3.0], [1.2, 1.0, 2.0], [0.3, 0.0, 0.0]) == (2, 2)
 
 
 def test_kernels_take_the_layout_iree_compiles():

@@ -175,11 +175,26 @@ def _analyse_generic(op):
                    skip=[body[-1], combiner], kind=kind)
     product = value.owner
     in_args = [a for _, _, a in ins]
-    if (kind == "add" and len(body) == 3 and len(ins) == 2 and isinstance(product, tm.OpView)
-            and product.operation.name in ("arith.mulf", "arith.muli")
-            and sorted(in_args.index(v) for v in product.operands if v in in_args) == [0, 1]):
-        return "contract", details
+    if (kind == "add" and len(ins) == 2 and isinstance(product, tm.OpView)
+            and product.operation.name in ("arith.mulf", "arith.muli")):
+        factors = [_widened_arg(v, in_args) for v in product.operands]
+        widened = [v.owner for v in product.operands if v not in in_args]
+        if (sorted(in_args.index(a) for a in factors if a is not None) == [0, 1]
+                and len(body) == 3 + len(widened)):
+            return "contract", details
     return "reduce", details
+
+
+def _widened_arg(value, args):
+    """The block argument `value` is, or extends (`arith.extf` of one, read nowhere else:
+    a bf16/f16 x bf16/f16 product accumulated in f32, as sft-lower writes it); else None."""
+    if value in args:
+        return value
+    owner = value.owner
+    if (isinstance(owner, tm.OpView) and owner.operation.name == "arith.extf"
+            and owner.operands[0] in args and sum(1 for _ in owner.operands[0].uses) == 1):
+        return owner.operands[0]
+    return None
 
 
 def _raise_generic(op):

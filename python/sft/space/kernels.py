@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from ..ir import tm
 from ..passes import indexing as ix
-from ..passes.common import compute_ops, element_bytes, map_list, operation, view_permutation
+from ..passes.common import (compute_ops, element_bytes, element_type, map_list, operation,
+                             view_permutation)
 
 
 INPUT_BYTES = {"bf16": 2, "f16": 2}  # the input types a Kernel names (`Kernel.input_type`)
@@ -148,6 +149,8 @@ def _as_stored(op, maps: list) -> list:
 
 
 def _classify(op, op_id: int) -> Kernel | None:
+    from .. import dialect
+
     maps = map_list(op.attributes["maps"])
     domain = tuple(tm.DenseI64ArrayAttr(op.attributes["domain"]))
     if any(ix.plain_dims(m) is None for m in maps):
@@ -157,4 +160,9 @@ def _classify(op, op_id: int) -> Kernel | None:
     roles = roles_of(out_dims, len(domain))
     if roles is None:
         return None
-    return Kernel(op_id, domain, roles, element_bytes(op.results[0]), tuple(str(m) for m in maps))
+    # Inputs narrower than the result (bf16 or f16 accumulated in f32): the kernel says so, for
+    # the space's intrinsics and the model's bytes.
+    types = {str(element_type(v)) for v in dialect.inputs(op)}
+    narrow = types.pop() if len(types) == 1 and types <= set(INPUT_BYTES) else ""
+    return Kernel(op_id, domain, roles, element_bytes(op.results[0]), tuple(str(m) for m in maps),
+                  input_type=narrow)
