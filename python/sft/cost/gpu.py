@@ -79,6 +79,15 @@ def predict(kernel: Kernel, candidates: np.ndarray, gpu: GpuDesc,
     per_cu = np.where(use_mma, mma_peak, simt_peak) / cus
     feed = gpu.shared_bytes_per_clk * gpu.clock_hz * 2.0 * sub_m * sub_n / ((sub_m + sub_n) * in_b)
     per_cu = np.minimum(per_cu, feed)
+    # A subgroup's intrinsics also wait on its fragment loads: per reduction step a tile of
+    # tm x tn intrinsics loads tm A and tn B fragments for tm tn MMAs, each costing the GPU's
+    # `fragment_load_cost` MMA issues. On an H200 (bf16 4096^3, IREE's mma.sync code) 2x16
+    # intrinsics per subgroup took 1.47 ms, 4x8 1.14 and 8x4 1.18: 18 loads for 32 MMAs against
+    # 12, which shared memory's bytes alone do not tell apart.
+    tiles_m = sub_m / np.maximum(d["mma_m"], 1)
+    tiles_n = sub_n / np.maximum(d["mma_n"], 1)
+    loads = (tiles_m + tiles_n) / np.maximum(tiles_m * tiles_n, 1.0)
+    per_cu = np.where(use_mma, per_cu / (1.0 + gpu.fragment_load_cost * loads), per_cu)
 
     threads = np.maximum(d["threads"], 1).astype(np.float64)
     regs = _registers(kernel, c, d)

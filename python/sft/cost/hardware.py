@@ -145,6 +145,9 @@ class GpuDesc:
     memory_latency: float             # seconds, a DRAM load (estimate)
     launch_overhead: float            # seconds per dispatch (estimate)
     mma_efficiency: float = 1.0       # share of the MMA peak IREE's intrinsics can reach
+    # what loading one operand fragment costs a subgroup, in issues of one MMA (0: free; read
+    # off measured configs where a GPU was lent: `cost/gpu.py`)
+    fragment_load_cost: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
