@@ -90,8 +90,8 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     measured = {k: t.seconds for k, t in timings.items() if t.seconds is not None}
     noise = {}
     for driver, vname in controls.items():
-        again = measured.pop(CONTROL + (driver or "parallel"), None)
         builders.pop(CONTROL + (driver or "parallel"))
+        again = measured.pop(CONTROL + (driver or "parallel"), None)
         if again and vname in measured:
             noise[driver] = abs(again - measured[vname]) / min(again, measured[vname])
     failed += [k for k in builders if k not in measured]
@@ -107,7 +107,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
               for n in names if n != "iree-default"]
     # Two processes of one module differ by the control's spread: pairs closer than that (the
     # larger of the two variants' drivers') are not ordered by the measurement, and a pick is
-    # slower than the default only beyond it.
+    # slower than the default only beyond it. A driver whose control failed orders nothing.
     spread = [max(NOISE, noise.get(variants[n][0].driver, 1.0)) for n in names]
     good, total = ordered_pairs(predicted, seconds)
     beyond = ordered_pairs(predicted, seconds, spread)
