@@ -178,9 +178,9 @@ def _analyse_generic(op):
     if (kind == "add" and len(ins) == 2 and isinstance(product, tm.OpView)
             and product.operation.name in ("arith.mulf", "arith.muli")):
         factors = [_widened_arg(v, in_args) for v in product.operands]
-        widened = [v.owner for v in product.operands if v not in in_args]
+        extends = sum(v not in in_args for v in product.operands)  # the extf ops in the body
         if (sorted(in_args.index(a) for a in factors if a is not None) == [0, 1]
-                and len(body) == 3 + len(widened)):
+                and len(body) == 3 + extends):
             return "contract", details
     return "reduce", details
 

@@ -81,17 +81,18 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     # The first variant on each driver again, in a process of its own: that driver's noise
     # floor (on a 2-core VM the parallel executor's times differ between processes far more
     # than the inline driver's).
-    controls = {}
+    controls = {}  # driver -> (its first variant, the control's name)
     for vname in list(builders):
-        controls.setdefault(variants[vname][0].driver, vname)
-    for driver, vname in controls.items():
-        builders[CONTROL + (driver or "parallel")] = builders[vname]
+        driver = variants[vname][0].driver
+        controls.setdefault(driver, (vname, CONTROL + (driver or "parallel")))
+    for vname, control in controls.values():
+        builders[control] = builders[vname]
     timings = time_variants(builders, rounds, calls)
     measured = {k: t.seconds for k, t in timings.items() if t.seconds is not None}
     noise = {}
-    for driver, vname in controls.items():
-        builders.pop(CONTROL + (driver or "parallel"))
-        again = measured.pop(CONTROL + (driver or "parallel"), None)
+    for driver, (vname, control) in controls.items():
+        builders.pop(control)
+        again = measured.pop(control, None)
         if again and vname in measured:
             noise[driver] = abs(again - measured[vname]) / min(again, measured[vname])
     failed += [k for k in builders if k not in measured]
