@@ -151,6 +151,17 @@ def test_cnn_train_mode_batch_norm_sgd_matches_torch():
     assert int(step.state_dict()["0.bn.num_batches_tracked"]) == STEPS
 
 
+def test_cnn_filter_gradients_as_matmuls_train_like_torch():
+    """search="model" computes the step's filter gradients (windows larger than their outputs)
+    as patch copies and matmuls (sft-im2col): the step still trains as PyTorch's does, and the
+    plan says which convolutions it rewrote."""
+    build = lambda: torch.nn.Sequential(ConvBlock(3, 8), torch.nn.Linear(8, 5)).train()
+    example = (torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,)))
+    step = _check(build, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+                  F.cross_entropy, example, 5, search="model")[0]
+    assert len(step.plan.im2col) == 2  # the stride-1 and the stride-2 convolution's
+
+
 def test_wrong_batch_shape_is_an_error(mlp_sgd):
     """A smaller last batch: one line saying what to do."""
     with pytest.raises(sft.SftError, match=r"\(4, 32\).*not those the step was compiled for.*"

@@ -16,7 +16,7 @@ def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tu
     `low_precision` where the options keep sft's kernel configs (data tiling and micro-kernels
     replace them)."""
     keeps = options.keeps_tiles
-    return Plan(orient=report.orient, expand=report.expand, orders=report.orders,
+    return Plan(im2col=report.im2col, orient=report.orient, expand=report.expand, orders=report.orders,
                 tiles=tuple(tiles) if keeps else (),
                 flags=options.flags, driver=options.driver,
                 low_precision=tuple(low_precision) if keeps else ())
@@ -45,7 +45,8 @@ def program_candidates(report, tiles: tuple = (), top_options: int = TOP_OPTIONS
         candidates[option.options.describe()] = plan_of(report, option.options, tiles)
     if report.ranked and (report.orders or report.expand or report.orient):
         o = report.ranked[0].options
-        candidates[f"{o.describe()} as written"] = Plan(flags=o.flags, driver=o.driver)
+        candidates[f"{o.describe()} as written"] = Plan(im2col=report.im2col, flags=o.flags,
+                                                        driver=o.driver)
     unique: dict[str, Plan] = {}
     for name, plan in candidates.items():
         if plan not in unique.values():

@@ -25,7 +25,9 @@ from ..backend.runtime import check_driver
 from ..cost.trust import decision_kinds
 from ..errors import SftError
 from ..measure import SEARCH_REVISION, verify
+from ..ir import print_module
 from ..passes.expand_batch import ExpandBatchPass, expandable
+from ..passes.im2col import Im2colPass, filter_gradients
 from ..passes.orient import OrientPass, orientable
 from ..passes.low_precision import LOW_PRECISION_TYPES, castable, renumber
 from ..passes.reassociate import ReassociatePass
@@ -98,6 +100,13 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     # program is searched each way, each on IREE's own view of it; it is kept as written unless
     # a rewrite predicts a clear gain. A variant is keyed (oriented ops, expanded ops).
     written_module = to_sft(sft_text)
+    # Filter gradients become matmuls first, in every plan of this search (`Target.
+    # im2col_filter_gradients`): every variant below, and the op ids its plans name, start
+    # from the rewritten program; IREE's default (`Plan()`) stays the program as written.
+    convs = filter_gradients(written_module) if target.im2col_filter_gradients else ()
+    if convs:
+        Im2colPass(convs)(written_module)
+        sft_text = print_module(written_module)
     variants, orders, casts = {}, {}, {}
     for rewrite in _rewrites(sft_text, written_module):
         variant = to_sft(sft_text) if rewrite != WRITTEN else written_module
@@ -154,6 +163,7 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         rewrite = WRITTEN
     report = reports[rewrite]
     report.add_alternatives(reports)
+    report.im2col = convs
     # The model is believed only as far as it was measured right (`Target.trust`): each option
     # set's plan is scored at its predicted time scaled by its kinds' trust factors, IREE's
     # default at its own prediction, and the best of those scores is taken.
@@ -162,7 +172,7 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     best, plan = min(plans, key=score)
     if score((best, plan)) >= report.default_predicted and plan != Plan():
         report.chosen = _distrusted(report, best, plan, target)
-        return Plan(), report
+        return Plan(im2col=convs), report
     # every decision in words (low precision is never silent: the numbers change)
     words = [best.options.describe(), *plan.describe()]
     if not target.model_times:
