@@ -241,6 +241,24 @@ def test_training_step_matches_jax():
     assert losses[2] < losses[0]
 
 
+def test_filter_gradients_as_matmuls_match_jax():
+    """The filter gradients of a stride-1 and a stride-2 convolution (windows larger than their
+    outputs), which search="model" computes as patch copies and matmuls: jax.jit's values."""
+    from jax import lax
+
+    def loss(w1, w2, x):
+        h = lax.conv_general_dilated(x, w1, (1, 1), "SAME", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        h = lax.conv_general_dilated(jnp.tanh(h), w2, (2, 2), "SAME",
+                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return jnp.sum(jnp.square(h))
+
+    grads = jax.grad(loss, argnums=(0, 1))
+    args = (_rand((4, 3, 3, 3), 1, 0.3), _rand((4, 4, 3, 3), 2, 0.3), _rand((2, 3, 12, 12), 3))
+    compiled = sft.compile(grads, args, search="model")
+    assert len(compiled.plan.im2col) == 2
+    _assert_matches(compiled(*args), jax.jit(grads)(*args), rtol=1e-4, atol=1e-4)
+
+
 def test_optax_adam_step():
     optax = pytest.importorskip("optax")
     opt = optax.adam(1e-2)
