@@ -1,4 +1,5 @@
 // RUN: sft-opt --sft-raise %s | filecheck %s
+// RUN: sft-opt --sft-raise %s | filecheck %s --check-prefix=WINDOW
 // sft-raise states linalg as sft: contractions, maps, reductions and views, with no
 // destinations left and transposes/broadcasts folded into index maps.
 
@@ -99,4 +100,50 @@ func.func @extended_and_read_again(%a: tensor<8x16xbf16>, %b: tensor<16x4xbf16>)
     linalg.yield %s : f32
   } -> tensor<8x4xf32>
   return %m : tensor<8x4xf32>
+}
+
+// A gather at positions affine in the loops (torch-mlir's max pooling indices: the window's
+// element read back with tensor.extract) becomes an input read through that map; the rest of
+// the body (a first-match combiner) is no sft reduction, so the generic is carried, extract-free.
+// WINDOW: #[[$WIN:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1 * 2 + d3, d2 * 2 + d4)>
+// WINDOW: ins(%{{.*}}, %{{.*}}, %arg0 :
+// CHECK-LABEL: func.func @pool_indices
+// CHECK: "sft.opaque"
+// CHECK: linalg.generic {indexing_maps = [#{{.*}}, #{{.*}}, #{{.*}}, #{{.*}}]
+// CHECK-SAME: ins(%{{.*}}, %{{.*}}, %arg0 :
+// CHECK-NOT: tensor.extract
+// CHECK: linalg.yield
+func.func @pool_indices(%x: tensor<2x8x8xf32>, %max: tensor<2x4x4xf32>) -> tensor<2x4x4xi64> {
+  %c2 = arith.constant 2 : index
+  %c8 = arith.constant 8 : index
+  %none = arith.constant -1 : i64
+  %e = tensor.empty() : tensor<2x4x4xi64>
+  %init = linalg.fill ins(%none : i64) outs(%e : tensor<2x4x4xi64>) -> tensor<2x4x4xi64>
+  %window = tensor.empty() : tensor<2x2xi64>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>,
+                                        affine_map<(d0, d1, d2, d3, d4) -> (d3, d4)>,
+                                        affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>],
+                       iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]}
+      ins(%max, %window : tensor<2x4x4xf32>, tensor<2x2xi64>) outs(%init : tensor<2x4x4xi64>) {
+  ^bb0(%m: f32, %w: i64, %out: i64):
+    %i0 = linalg.index 0 : index
+    %i1 = linalg.index 1 : index
+    %i2 = linalg.index 2 : index
+    %i3 = linalg.index 3 : index
+    %i4 = linalg.index 4 : index
+    %h0 = arith.muli %i1, %c2 : index
+    %h = arith.addi %h0, %i3 : index
+    %w0 = arith.muli %i2, %c2 : index
+    %wi = arith.addi %w0, %i4 : index
+    %v = tensor.extract %x[%i0, %h, %wi] : tensor<2x8x8xf32>
+    %eq = arith.cmpf oeq, %v, %m : f32
+    %flat = arith.muli %h, %c8 : index
+    %pos = arith.addi %flat, %wi : index
+    %pos64 = arith.index_cast %pos : index to i64
+    %pick = arith.select %eq, %pos64, %out : i64
+    %first = arith.cmpi eq, %out, %none : i64
+    %res = arith.select %first, %pick, %out : i64
+    linalg.yield %res : i64
+  } -> tensor<2x4x4xi64>
+  return %r : tensor<2x4x4xi64>
 }

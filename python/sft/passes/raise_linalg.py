@@ -111,6 +111,69 @@ def _drop_unused_results(op):
     return new
 
 
+def _index_expr(value):
+    """`value`, an index computed in a generic's body from its loop positions (`linalg.index`),
+    constants, additions and products by constants, as an affine expression of the loops;
+    None for anything else."""
+    owner = value.owner
+    if not isinstance(owner, tm.OpView):
+        return None
+    op = owner.operation
+    if op.name == "linalg.index":
+        return ix.d(tm.IntegerAttr(op.attributes["dim"]).value)
+    if op.name == "arith.constant" and isinstance(op.attributes["value"], tm.IntegerAttr):
+        return ix.c(tm.IntegerAttr(op.attributes["value"]).value)
+    if op.name in ("arith.addi", "arith.muli"):
+        lhs, rhs = (_index_expr(v) for v in op.operands)
+        if lhs is None or rhs is None:
+            return None
+        expr = lhs + rhs if op.name == "arith.addi" else lhs * rhs
+        return expr if ix.linear_form(expr) is not None else None
+    return None
+
+
+def _extracts_as_inputs(op):
+    """A generic whose body reads a tensor from above at positions that are affine in its loops
+    (`tensor.extract %t[%i * 2 + %k, ..]`, torch-mlir's max pooling indices) is rebuilt with
+    that tensor as one more input read through that map: IREE vectorises an input, not a
+    gather (and sft can then state the generic). Returns the op to raise."""
+    g = op.opview
+    block = g.regions[0].blocks[0]
+    found = []  # (extract op, tensor, map)
+    n_loops = map_list(g.indexing_maps)[0].n_dims
+    for inner in ops_of(block):
+        if inner.name != "tensor.extract" or _slice(inner.operands[0], block):
+            continue  # (a tensor computed in the body is not one from above)
+        exprs = [_index_expr(v) for v in list(inner.operands)[1:]]
+        if all(e is not None for e in exprs):
+            found.append((inner, inner.operands[0], ix.affine_map(n_loops, exprs)))
+    if not found:
+        return op
+    inputs, outputs = list(g.inputs), list(g.outputs)
+    maps = map_list(g.indexing_maps)
+    n_in = len(inputs)
+    new = tm.Operation.create(
+        "linalg.generic", results=[r.type for r in op.results],
+        operands=inputs + [t for _, t, _ in found] + outputs,
+        attributes={"indexing_maps": maps_attr(maps[:n_in] + [m for _, _, m in found] + maps[n_in:]),
+                    "iterator_types": g.iterator_types,
+                    "operandSegmentSizes": tm.DenseI32ArrayAttr.get([n_in + len(found), len(outputs)])},
+        regions=1, loc=op.location, ip=tm.InsertionPoint(op))
+    args = list(block.arguments)
+    new_block = new.regions[0].blocks.append(
+        *[a.type for a in args[:n_in]], *[element_type(t) for _, t, _ in found],
+        *[a.type for a in args[n_in:]])
+    new_args = list(new_block.arguments)
+    arg_map = dict(zip(args[:n_in], new_args[:n_in]))
+    arg_map.update(zip(args[n_in:], new_args[n_in + len(found):]))
+    arg_map.update((inner.results[0], new_args[n_in + i]) for i, (inner, _, _) in enumerate(found))
+    move_body(block, new_block, arg_map, skip=[inner for inner, _, _ in found])
+    for old, value in zip(op.results, new.results):
+        old.replace_all_uses_with(value)
+    op.erase()
+    return new
+
+
 def _slice(value, block) -> list:
     """The ops of `block` that `value` is computed from."""
     found = []
@@ -199,7 +262,7 @@ def _widened_arg(value, args):
 
 def _raise_generic(op):
     """Replace a generic by its sft op; returns None when done, else the op to wrap opaque."""
-    op = _drop_unused_results(op)
+    op = _drop_unused_results(_extracts_as_inputs(op))
     analysis = _analyse_generic(op)
     if analysis is None:
         return op
