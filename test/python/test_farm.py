@@ -83,7 +83,9 @@ def test_verify_on_the_farm_chooses_as_here(farm, tmp_path):
     there, there_report, stored = _tiny_verify(tmp_path / "farm.sqlite", farm)
     assert len(farm.failures) == failures
     # the same candidates, every one compiled and timed, the same winner
-    assert set(there_report.measured) == set(here_report.measured)
+    # (which candidates a second process confirms depends on how close their first times were)
+    first = lambda report: {k for k in report.measured if not k.endswith("(second process)")}  # noqa: E731
+    assert first(there_report) == first(here_report)
     assert all(isinstance(s, float) and s > 0 for s in there_report.measured.values())
     assert there == here and there.driver == "local-sync"
     assert any(k.startswith("op ") for k in there_report.measured)
