@@ -23,7 +23,7 @@ from .backend.timing import loaded_call, time_variants
 from .errors import SftError
 from .decisions import KernelConfig, canonical
 from .plan import Plan
-from .search.candidates import TOP_OPTIONS, program_candidates
+from .search.candidates import TOP_OPTIONS, contractions_alone, program_candidates
 from .search.exhaustive import KernelChoice, SearchReport
 from .space.kernels import Kernel
 from .targets import Target
@@ -33,7 +33,7 @@ _TYPES = {2: "f16", 4: "f32", 8: "f64"}
 MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary about that much)
 CONFIRM_SPREAD = 1.5  # verify times again, in a second process, candidates within this of the best
 CONFIRM_COUNT = 3     # at most this many of them
-SEARCH_REVISION = 22  # bump when the space or the cost model changes what a search would pick
+SEARCH_REVISION = 23  # bump when the space or the cost model changes what a search would pick
 
 
 def kernel_program(kernel: Kernel, config: KernelConfig | None) -> str:
@@ -181,11 +181,27 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
             jobs[name] = (texts[program], plan.flags)
         except SftError:
             report.measured[f"program {name}"] = None
-    for name, built in compile_all(jobs, target, farm).items():
-        if isinstance(built, SftError):
+    built = compile_all(jobs, target, farm)
+    # a packed plan IREE could not compile goes again with its contractions in dispatches of
+    # their own (`contractions_alone`)
+    retry = {}
+    for name in list(jobs):
+        alone = contractions_alone(report, candidates[name]) if isinstance(built[name], SftError) else None
+        if alone is None:
+            continue
+        candidates[f"{name}, contractions alone"] = alone
+        try:
+            retry[f"{name}, contractions alone"] = (
+                lower_plan(dataclasses.replace(alone, flags=(), driver="")), alone.flags)
+        except SftError:
+            report.measured[f"program {name}, contractions alone"] = None
+    if retry:
+        built.update(compile_all(retry, target, farm))
+    for name, result in built.items():
+        if isinstance(result, SftError):
             report.measured[f"program {name}"] = None
         else:
-            variants[name], plans[name] = Variant(built, candidates[name].driver), candidates[name]
+            variants[name], plans[name] = Variant(result, candidates[name].driver), candidates[name]
     # Programs are timed the way they are used, called from Python through iree.runtime, each
     # in a process of its own: which driver wins depends on the caller's thread too.
     builders = {name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident, storage))

@@ -242,6 +242,26 @@ def test_verify_keeps_the_default_unless_the_gain_is_beyond_noise():
     assert _significant_best({1: 0.90, 2: 0.80}, 0) == 2      # default failed: the fastest
 
 
+def test_contractions_alone_only_for_packed_plans_of_the_searched_program():
+    """Each kernel's op id in a group of its own, for a data-tiled plan with no partition and
+    the search's own rewrites (the op ids name that program); nothing for any other plan."""
+    from types import SimpleNamespace
+
+    from sft.plan import Plan
+    from sft.search.candidates import contractions_alone
+    from sft.space.options import DATA_TILING
+
+    kernel = lambda i: SimpleNamespace(kernel=SimpleNamespace(op_id=i))  # noqa: E731
+    report = SimpleNamespace(choices=[kernel(3), kernel(9)], im2col=(), orient=(4,), expand=(),
+                             orders=())
+    packed = Plan(orient=(4,), flags=(DATA_TILING,))
+    assert contractions_alone(report, packed) == Plan(orient=(4,), flags=(DATA_TILING,),
+                                                      groups=((3,), (9,)))
+    assert contractions_alone(report, Plan(orient=(4,))) is None           # nothing packed
+    assert contractions_alone(report, Plan(flags=(DATA_TILING,))) is None  # another program
+    assert contractions_alone(report, Plan(orient=(4,), flags=(DATA_TILING,), groups=((3,),))) is None
+
+
 def test_verify_times_the_near_winners_again_in_a_second_process():
     """Candidates one process's luck could have put first (within 1.5x of the fastest, at most
     three) are the ones timed again."""

@@ -45,7 +45,7 @@ def _close(got: dict, want: dict, rtol=1e-4):
                                    err_msg=name)
 
 
-def _check(build, make_opt, loss_fn, example, classes, search="none", keep_ir=False):
+def _check(build, make_opt, loss_fn, example, classes, search="none", keep_ir=False, plan=None):
     """Compile a step of `build()`, run it STEPS times beside PyTorch's steps on a copy; returns
     (step, user's model, its optimizer, reference model, reference optimizer)."""
     torch.manual_seed(0)
@@ -53,7 +53,8 @@ def _check(build, make_opt, loss_fn, example, classes, search="none", keep_ir=Fa
     ref = copy.deepcopy(model)
     opt, ref_opt = make_opt(model.parameters()), make_opt(ref.parameters())
     before = copy.deepcopy(model.state_dict())
-    step = sft.compile_train_step(model, loss_fn, opt, example, search=search, keep_ir=keep_ir)
+    step = sft.compile_train_step(model, loss_fn, opt, example, search=search, keep_ir=keep_ir,
+                                  plan=plan)
     batches = _batches(example, classes)
     losses = [step(*b) for b in batches]
     want = _eager(ref, loss_fn, ref_opt, batches)
@@ -160,6 +161,29 @@ def test_cnn_filter_gradients_as_matmuls_train_like_torch():
     step = _check(build, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
                   F.cross_entropy, example, 5, search="model")[0]
     assert len(step.plan.im2col) == 2  # the stride-1 and the stride-2 convolution's
+
+
+def test_packed_contractions_alone_train_like_torch():
+    """Data tiling on a training step: IREE cannot compile a packed weight gradient whose
+    dispatch also computes the optimizer's update; each contraction in a dispatch of its own
+    (`contractions_alone`, what verify and the fallbacks try then) compiles and trains as torch."""
+    from sft.search.candidates import contractions_alone, plan_of
+    from sft.space.options import ModuleOptions
+
+    build = lambda: MLP((256, 1024, 256)).train()
+    example = (torch.randn(32, 256), torch.randint(0, 256, (32,)))
+    opt = lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9)
+    def step(**how):
+        model = build()
+        return sft.compile_train_step(model, F.cross_entropy, opt(model.parameters()), example, **how)
+
+    searched = step(search="model")
+    packed = plan_of(searched.search, ModuleOptions(data_tiling=True))
+    with pytest.raises(sft.SftError, match="iree-compile failed"):
+        step(plan=packed)
+    alone = contractions_alone(searched.search, packed)
+    assert len(alone.groups) >= 4 and all(len(g) == 1 for g in alone.groups)  # 2 forward, 2+ backward
+    _check(build, opt, F.cross_entropy, example, 256, plan=alone)
 
 
 def test_wrong_batch_shape_is_an_error(mlp_sgd):

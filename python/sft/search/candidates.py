@@ -4,8 +4,10 @@ list for a GPU machine)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..plan import Plan
-from ..space.options import ModuleOptions
+from ..space.options import DATA_TILING, ModuleOptions
 
 TOP_OPTIONS = 4  # option sets verify times beyond the best of each kind
 
@@ -20,6 +22,20 @@ def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tu
                 tiles=tuple(tiles) if keeps else (),
                 flags=options.flags, driver=options.driver,
                 low_precision=tuple(low_precision) if keeps else ())
+
+
+def contractions_alone(report, plan: Plan) -> Plan | None:
+    """`plan` with each of the search's contraction kernels in a dispatch of its own, where the
+    plan packs operands (data tiling) and imposes no partition; else None. IREE cannot compile a
+    packed matmul whose dispatch also computes a two-result elementwise consumer (a training
+    step's optimizer update: "large vector sizes (32768 bytes)", or with that check off a
+    132 KiB stack); alone, mlp_b128's step compiled and its matmuls ran at 105-115 GFLOP/s on
+    one Zen 4 core, against 50-65 for IREE's default code (docs/results.md)."""
+    rewrites = ("im2col", "orient", "expand", "orders")  # the program the kernels' op ids name
+    if (DATA_TILING not in plan.flags or plan.groups or not report.choices
+            or any(getattr(plan, r) != getattr(report, r) for r in rewrites)):
+        return None
+    return replace(plan, groups=tuple((c.kernel.op_id,) for c in report.choices))
 
 
 def program_candidates(report, tiles: tuple = (), top_options: int = TOP_OPTIONS) -> dict[str, Plan]:

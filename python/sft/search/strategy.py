@@ -38,7 +38,7 @@ from ..space.kernels import contraction_kernels
 from ..space.options import DATA_TILING, FORMATION_FLAGS, IM2COL
 from ..targets import Target
 from ..tuning_db import TuningDB
-from .candidates import plan_of
+from .candidates import contractions_alone, plan_of
 from .chains import choose_orders, plan_orders
 from .exhaustive import SearchReport, search_program
 
@@ -308,6 +308,9 @@ def _fallbacks(report: SearchReport, failed: Plan, count: int = 3) -> list[tuple
     codegen cannot take: aggressive fusion past the stack limit, in every set that has it)."""
     failed_formation = {f for f in failed.flags if f in FORMATION_FLAGS}
     found = {}
+    alone = contractions_alone(report, failed)
+    if alone is not None:  # the same options, the packed contractions' dispatches their own
+        found[f"{_options_named(report, failed)}, contractions alone"] = alone
     for option in report.ranked:
         o = option.options
         plan = plan_of(report, o)
@@ -316,6 +319,12 @@ def _fallbacks(report: SearchReport, failed: Plan, count: int = 3) -> list[tuple
         if plan != failed and plan not in found.values() and (untiled or not forms_failed):
             found[o.describe()] = plan
     return list(found.items())[:count]
+
+
+def _options_named(report: SearchReport, plan: Plan) -> str:
+    """The name of the ranked option set `plan` was built from (its flags and driver)."""
+    return next((o.options.describe() for o in report.ranked
+                 if (o.options.flags, o.options.driver) == (plan.flags, plan.driver)), "the pick")
 
 
 def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict, program: Program):
