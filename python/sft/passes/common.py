@@ -117,3 +117,18 @@ def op_ids_option(pass_name: str, text: str) -> tuple[int, ...]:
         return tuple(int(x) for x in value.split(",") if x.strip())
     except ValueError:
         raise IllegalPlan(f"{pass_name} takes ops=ID,ID,..., not '{text}'") from None
+
+
+def rewrite_ops(module, ops: tuple[int, ...], analyse, rewrite, refusal: str) -> None:
+    """The body of a pass that rewrites the compute ops `ops` (by id): each analysed first
+    (`analyse(op)`; None: IllegalPlan `refusal`, formatted with the op's id), ids read before
+    any op moves, then `rewrite(op, analysis)` on each."""
+    with module.context, tm.Location.unknown():
+        compute = compute_ops(module)
+        found = {}
+        for op_id in ops:
+            found[op_id] = analyse(compute[op_id]) if 0 <= op_id < len(compute) else None
+            if found[op_id] is None:
+                raise IllegalPlan(refusal.format(op_id))
+        for op_id in ops:
+            rewrite(compute[op_id], found[op_id])

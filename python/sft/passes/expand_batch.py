@@ -16,12 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import dialect
-from ..errors import IllegalPlan
 from ..ir import tm
 from . import indexing as ix
 from ..decisions.kind import SFT, DecisionKind, ints
 from .common import (compute_ops, element_type, has_uses, map_list, maps_attr, op_ids_option,
-                     operation, static_shape)
+                     operation, rewrite_ops, static_shape)
 
 
 def _plain(op) -> list[list[int]] | None:
@@ -139,14 +138,9 @@ class ExpandBatchPass:
         return cls(op_ids_option(cls.name, text))
 
     def __call__(self, module) -> None:
-        with module.context, tm.Location.unknown():
-            compute = compute_ops(module)
-            for op_id in self.ops:
-                if not 0 <= op_id < len(compute) or batch_splits(compute[op_id]) is None:
-                    raise IllegalPlan(f"plan expands the batch of op {op_id}, which is not a "
-                                      "contraction over a collapsed batch")
-            for op_id in self.ops:
-                expand(compute[op_id], batch_splits(compute[op_id]))
+        # (the splits read again as each applies: an earlier expansion may have moved a view)
+        rewrite_ops(module, self.ops, batch_splits, lambda op, _: expand(op, batch_splits(op)),
+                    "plan expands the batch of op {}, which is not a contraction over a collapsed batch")
 
 
 def expandable(module) -> tuple[int, ...]:

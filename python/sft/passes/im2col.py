@@ -26,11 +26,10 @@ from math import prod
 
 from .. import dialect
 from ..decisions.kind import SFT, DecisionKind, ints
-from ..errors import IllegalPlan
 from ..ir import tm
 from . import indexing as ix
 from .common import (compute_ops, element_type, has_uses, map_list, maps_attr, op_ids_option,
-                     operation, static_shape)
+                     operation, rewrite_ops, static_shape)
 
 
 @dataclass(frozen=True)
@@ -199,17 +198,8 @@ class Im2colPass:
         return cls(op_ids_option(cls.name, text))
 
     def __call__(self, module) -> None:
-        with module.context, tm.Location.unknown():
-            compute = compute_ops(module)
-            found = {}
-            for op_id in self.ops:
-                shape = _shape(compute[op_id]) if 0 <= op_id < len(compute) else None
-                if shape is None:
-                    raise IllegalPlan(f"plan rewrites op {op_id} as a patch copy and a matmul, "
-                                      "but it is not a convolution with a fill as init")
-                found[op_id] = shape
-            for op_id in self.ops:  # ids were read before any op moved
-                im2col(compute[op_id], found[op_id])
+        rewrite_ops(module, self.ops, _shape, im2col, "plan rewrites op {} as a patch copy and a "
+                    "matmul, but it is not a convolution with a fill as init")
 
 
 def filter_gradients(module) -> tuple[int, ...]:

@@ -21,11 +21,10 @@ from dataclasses import dataclass
 
 from .. import dialect
 from ..decisions.kind import SFT, DecisionKind, ints
-from ..errors import IllegalPlan
 from ..ir import tm
 from . import indexing as ix
 from .common import (compute_ops, has_uses, map_list, maps_attr, op_ids_option, operation,
-                     view_permutation)
+                     rewrite_ops, view_permutation)
 
 
 def transposing_readers(op) -> tuple[list, list[int]] | None:
@@ -87,18 +86,8 @@ class OrientPass:
         return cls(op_ids_option(cls.name, text))
 
     def __call__(self, module) -> None:
-        with module.context, tm.Location.unknown():
-            compute = compute_ops(module)
-            found = {}
-            for op_id in self.ops:
-                readers = (transposing_readers(compute[op_id]) if 0 <= op_id < len(compute)
-                           else None)
-                if readers is None:
-                    raise IllegalPlan(f"plan orients op {op_id}, which is not a contraction read "
-                                      "only through one transpose")
-                found[op_id] = readers
-            for op_id in self.ops:  # ids were read before any op moved
-                orient(compute[op_id], *found[op_id])
+        rewrite_ops(module, self.ops, transposing_readers, lambda op, found: orient(op, *found),
+                    "plan orients op {}, which is not a contraction read only through one transpose")
 
 
 def orientable(module) -> tuple[int, ...]:
