@@ -57,6 +57,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     from ..plan import Plan
     from ..program import lower
     from ..quality import NOISE, ordered_pairs
+    from ..search.candidates import contractions_alone
     from ..search.strategy import option_plan, search_plan
     from ..targets import get_target
 
@@ -69,14 +70,26 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
         if plan != Plan():  # IREE's default options with no tiles: the default itself
             variants[option.options.describe()] = (plan, option.predicted)
     keep, resident, storage = program.timing_layout(target)
-    inputs, builders, failed = program.timing_inputs(), {}, []
+    inputs, builders, failed, alone = program.timing_inputs(), {}, [], []
+
+    def compiled(plan):
+        return compile_module(program.for_iree(lower(program.module(), plan, target)[1], target),
+                              target, plan.flags)
+
     for vname, (plan, _) in tqdm(variants.items(), desc=f"compile {name}", unit="plan", leave=False):
         try:
-            text = program.for_iree(lower(program.module(), plan, target)[1], target)
-            artifact = compile_module(text, target, plan.flags)
+            artifact = compiled(plan)
         except SftError:  # IREE refuses this option set on this program (aggressive fusion)
-            failed.append(vname)
-            continue
+            # a packed training step: timed as search="model" would run it (its fallback)
+            retry = contractions_alone(report, plan)
+            try:
+                artifact = compiled(retry) if retry is not None else None
+            except SftError:
+                artifact = None
+            if artifact is None:
+                failed.append(vname)
+                continue
+            alone.append(vname)
         builders[vname] = (loaded_call, (artifact, plan.driver, inputs, keep, resident, storage))
     # The first variant on each driver again, in a process of its own: that driver's noise
     # floor (on a 2-core VM the parallel executor's times differ between processes far more
@@ -114,7 +127,8 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     beyond = ordered_pairs(predicted, seconds, spread)
     limit = max(spread[names.index("iree-default")], spread[names.index(pick)] if pick else 0.0)
     return {"program": name, "predicted_s": dict(zip(names, predicted)), "measured_s": measured,
-            "failed": failed, "pairs": [good, total], "pairs_beyond_control": list(beyond),
+            "failed": failed, "contractions_alone": alone, "pairs": [good, total],
+            "pairs_beyond_control": list(beyond),
             "control_noise": {d or "parallel": v for d, v in noise.items()},
             "raw_pick": raw_pick, "pick": pick,
             "pick_slower_beyond_control": bool(pick) and measured[pick] > (1 + limit) * default_m,
