@@ -147,3 +147,19 @@ func.func @pool_indices(%x: tensor<2x8x8xf32>, %max: tensor<2x4x4xf32>) -> tenso
   } -> tensor<2x4x4xi64>
   return %r : tensor<2x4x4xi64>
 }
+
+// A diagonal read (x[i, i] of a 4x4 tensor over 3 loops) stays a gather: as an input indexed
+// (d0, d0), linalg would read the loop's extent (4) off it.
+// CHECK-LABEL: func.func @diagonal_stays_a_gather
+// CHECK: tensor.extract
+func.func @diagonal_stays_a_gather(%x: tensor<4x4xf32>) -> tensor<3xf32> {
+  %e = tensor.empty() : tensor<3xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      outs(%e : tensor<3xf32>) {
+  ^bb0(%out: f32):
+    %i = linalg.index 0 : index
+    %v = tensor.extract %x[%i, %i] : tensor<4x4xf32>
+    linalg.yield %v : f32
+  } -> tensor<3xf32>
+  return %r : tensor<3xf32>
+}

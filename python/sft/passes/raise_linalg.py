@@ -140,17 +140,22 @@ def _extracts_as_inputs(op):
     g = op.opview
     block = g.regions[0].blocks[0]
     found = []  # (extract op, tensor, map)
-    n_loops = map_list(g.indexing_maps)[0].n_dims
+    maps = map_list(g.indexing_maps)
+    domain = _domain(maps, [static_shape(v) or [] for v in list(g.inputs) + list(g.outputs)])
     for inner in ops_of(block):
-        if inner.name != "tensor.extract" or _slice(inner.operands[0], block):
+        source = inner.operands[0] if inner.name == "tensor.extract" else None
+        if source is None or _slice(source, block) or static_shape(source) is None or domain is None:
             continue  # (a tensor computed in the body is not one from above)
         exprs = [_index_expr(v) for v in list(inner.operands)[1:]]
-        if all(e is not None for e in exprs):
-            found.append((inner, inner.operands[0], ix.affine_map(n_loops, exprs)))
+        # linalg reads a loop's extent off any operand indexed by that loop alone: a tensor
+        # read at x[i, i] from a larger one (a diagonal) stays a gather
+        if any(e is None or (ix.plain_dim(e) is not None and domain[ix.plain_dim(e)] != size)
+               for e, size in zip(exprs, static_shape(source))):
+            continue
+        found.append((inner, source, ix.affine_map(len(domain), exprs)))
     if not found:
         return op
     inputs, outputs = list(g.inputs), list(g.outputs)
-    maps = map_list(g.indexing_maps)
     n_in = len(inputs)
     new = tm.Operation.create(
         "linalg.generic", results=[r.type for r in op.results],
