@@ -154,7 +154,9 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            progress=None, keep: tuple[int, ...] = (), resident: tuple[int, ...] = (),
            storage: tuple = (), farm=None) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles;
-    the best of each driver, fusion and convolution strategy among them) and IREE's default.
+    the best of each driver, fusion and convolution strategy among them; a packed one IREE cannot
+    compile with its contractions alone) and IREE's default, the near winners timed in two
+    processes.
     `lower_plan(plan)` gives the program text a plan compiles from. Programs are timed on
     `inputs` as the compiled object calls them: those at `resident` (the model's state, donated
     inputs) uploaded once, the results at `keep` (a training step's new state) left there, and
@@ -206,6 +208,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     # in a process of its own: which driver wins depends on the caller's thread too.
     builders = {name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident, storage))
                 for name, v in variants.items()}
+
     def timed_in(names):
         chosen = {n: builders[n] for n in names}
         return (time_variants(chosen, rounds, calls=20) if farm is None
