@@ -107,14 +107,22 @@ def _view(source, view_map, shape: list[int], ip):
                           ip=ip).results[0]
 
 
-def _groups(*sizes: int) -> list[list[int]]:
-    """Consecutive positions in groups of `sizes`, empty groups left out."""
-    groups, start = [], 0
-    for size in sizes:
-        if size:
-            groups.append(list(range(start, start + size)))
-        start += size
-    return groups
+def _groups(*groups: list) -> list[list[int]]:
+    """The positions of `groups` of loops laid out one after another, empty groups left out."""
+    found, start = [], 0
+    for group in groups:
+        if group:
+            found.append(list(range(start, start + len(group))))
+        start += len(group)
+    return found
+
+
+def _read_as(maps_results, loops: list[int], n_loops: int) -> "tm.AffineMap":
+    """Expressions over the contraction's `n_loops` loops, read over `loops` (loop d becomes
+    position loops.index(d); the expressions read no other loop)."""
+    relabel = ix.affine_map(len(loops), [ix.d(loops.index(d)) if d in loops else ix.c(0)
+                                         for d in range(n_loops)])
+    return ix.affine_map(len(loops), [e.compose(relabel) for e in maps_results])
 
 
 def im2col(op, shape: _Shape) -> None:
@@ -125,64 +133,42 @@ def im2col(op, shape: _Shape) -> None:
     ip = tm.InsertionPoint(op)
     b, s, w, r = shape.batch, shape.summed, shape.own, shape.rows
     extent = lambda dims: [domain[d] for d in dims]  # noqa: E731
+    merged = lambda *groups: [prod(extent(g)) for g in groups if g]  # noqa: E731
     with op.location:
         # the patches, [batch, summed, own], read through the windowed operand's map
-        patch_loops = b + s + w
-        where = {d: i for i, d in enumerate(patch_loops)}
-        read = ix.affine_map(len(patch_loops), [
-            _renumbered(e, where) for e in maps[shape.windowed].results])
-        patches = _copy(ins[shape.windowed], read, extent(patch_loops), ip)
+        windowed = maps[shape.windowed].results
+        patches = _copy(ins[shape.windowed], _read_as(windowed, b + s + w, len(domain)),
+                        extent(b + s + w), ip)
         # the other operand as [batch, rows, summed]
-        other, other_dims = ins[1 - shape.windowed], ix.plain_dims(maps[1 - shape.windowed])
-        if other_dims != b + r + s:
-            loops = b + r + s
-            other = _copy(other, ix.affine_map(len(loops), [ix.d(loops.index(d)) for d in other_dims]),
-                          extent(loops), ip)
-        sizes = [prod(extent(g)) for g in (b, r, s, w)]
-        lhs_shape = [x for x, g in zip(sizes[:3], (b, r, s)) if g]
-        rhs_shape = [x for x, g in zip((sizes[0], sizes[2], sizes[3]), (b, s, w)) if g]
-        lhs = _view(other, ix.collapse_map(extent(b + r + s), _groups(len(b), len(r), len(s))),
-                    lhs_shape, ip)
-        rhs = _view(patches, ix.collapse_map(extent(patch_loops), _groups(len(b), len(s), len(w))),
-                    rhs_shape, ip)
+        other, other_map = ins[1 - shape.windowed], maps[1 - shape.windowed]
+        if ix.plain_dims(other_map) != b + r + s:
+            other = _copy(other, _read_as(other_map.results, b + r + s, len(domain)),
+                          extent(b + r + s), ip)
+        lhs = _view(other, ix.collapse_map(extent(b + r + s), _groups(b, r, s)), merged(b, r, s),
+                    ip)
+        rhs = _view(patches, ix.collapse_map(extent(b + s + w), _groups(b, s, w)),
+                    merged(b, s, w), ip)
         # the matmul: [batch, rows, summed] x [batch, summed, own] -> [batch, rows, own]
-        names = (["b"] if b else []) + ["m", "n", "k"]
-        at = {name: i for i, name in enumerate(names)}
-        loops = lambda *keys: [ix.d(at[k]) for k in keys if k in at]  # noqa: E731
-        mm_maps = [ix.affine_map(len(names), loops("b", "m", "k")),
-                   ix.affine_map(len(names), loops("b", "k", "n")),
-                   ix.affine_map(len(names), loops("b", "m", "n"))]
-        mm_shape = [x for x, g in zip((sizes[0], sizes[1], sizes[3]), (b, r, w)) if g]
-        kind = element_type(dialect.init(op))
-        init = dialect.create_fill(dialect.fill_value(operation(dialect.init(op).owner)),
-                                   tm.RankedTensorType.get(mm_shape, kind), ip)
-        attrs = {"domain": tm.DenseI64ArrayAttr.get(
-                     [x for x, g in zip((sizes[0], sizes[1], sizes[3], sizes[2]), (b, r, w, s)) if g]),
-                 "maps": maps_attr(mm_maps)}
-        product = dialect.create("sft.contract", [lhs, rhs], attrs,
-                                 [tm.RankedTensorType.get(mm_shape, kind)], init=init, ip=ip).results[0]
+        batch = [ix.d(0)] if b else []
+        m, n, k = (ix.d(len(batch) + i) for i in range(3))
+        mm_maps = [ix.affine_map(len(batch) + 3, batch + pair) for pair in ([m, k], [k, n], [m, n])]
+        result_type = tm.RankedTensorType.get(merged(b, r, w), element_type(dialect.init(op)))
+        fill = dialect.fill_value(operation(dialect.init(op).owner))
+        init = dialect.create_fill(fill, result_type, ip)
+        attrs = {"domain": tm.DenseI64ArrayAttr.get(merged(b, r, w, s)), "maps": maps_attr(mm_maps)}
+        product = dialect.create("sft.contract", [lhs, rhs], attrs, [result_type], init=init,
+                                 ip=ip).results[0]
         # back to the result: split [batch, rows, own] into its loops, then in the result's order
         loops = b + r + w
-        split = _view(product, ix.expand_map(extent(loops), _groups(len(b), len(r), len(w))),
-                      extent(loops), ip)
-        result = split
+        result = _view(product, ix.expand_map(extent(loops), _groups(b, r, w)), extent(loops), ip)
         if loops != out:
-            result = _view(split, ix.affine_map(len(out), [ix.d(out.index(d)) for d in loops]),
+            result = _view(result, ix.affine_map(len(out), [ix.d(out.index(d)) for d in loops]),
                            extent(out), ip)
     old_init = operation(dialect.init(op).owner)
     op.results[0].replace_all_uses_with(result)
     op.erase()
     if not any(has_uses(v) for v in old_init.results):
         old_init.erase()
-
-
-def _renumbered(expr, where: dict[int, int]):
-    """`expr` (a linear form) with loop d read as loop where[d]."""
-    coeffs, const = ix.linear_form(expr)
-    total = ix.c(const)
-    for dim, coeff in sorted(coeffs.items()):
-        total = total + ix.d(where[dim]) * ix.c(coeff)
-    return total
 
 
 @dataclass(frozen=True)
