@@ -171,6 +171,25 @@ def test_profile_reads_iree_dispatches_and_default_configs(cpu):
     assert all(x > 0 for x in (dm, dn, vm, vn, vk))
 
 
+def test_profile_reads_packed_dispatches_and_their_packs():
+    """Under data tiling IREE's view holds its packs (`encode` dispatches, counted among the
+    dispatches) and packed contractions, each with the buffers it writes: an inference MLP's
+    write one each (a training step's weight gradients write two: `test_train.py::
+    test_packed_contractions_alone_train_like_torch`)."""
+    from sft.backend import profile
+    from sft.space.options import DATA_TILING
+
+    case = SUITE["mlp"]
+    text = sft.api.linalg_of(case.build(), case.inputs())[0]
+    packed = profile(text, HOST_TARGET, flags=(DATA_TILING,))
+    matmuls = [d for d in packed.dispatches if d.is_contraction]
+    assert len(matmuls) == 2 and all(d.packed and d.results == 1 for d in matmuls)
+    assert not any(d.packed_with_consumers for d in packed.dispatches)
+    packs = [d for d in packed.dispatches if d.name.startswith("encode")]
+    assert packs and packed.dispatch_count == len(packed.dispatches)
+    assert not any(d.packed for d in profile(text, HOST_TARGET).dispatches)
+
+
 @pytest.mark.parametrize("body, expected", [
     ("cache_parallel = [32, 64, 0], distribution = [32, 64, 0], vector_common_parallel = [8, 8, 0], "
      "vector_reduction = [0, 0, 8]", ((32, 64, 0), (8, 8, 0), (0, 0, 8))),

@@ -165,8 +165,12 @@ def test_cnn_filter_gradients_as_matmuls_train_like_torch():
 
 def test_packed_contractions_alone_train_like_torch():
     """Data tiling on a training step: IREE cannot compile a packed weight gradient whose
-    dispatch also computes the optimizer's update; each contraction in a dispatch of its own
-    (`contractions_alone`, what verify and the fallbacks try then) compiles and trains as torch."""
+    dispatch also computes the optimizer's update; the search sees it in IREE's packed view and
+    prices and plans its packed option sets with each contraction in a dispatch of its own (as
+    `contractions_alone`, what verify and the fallbacks try for a packed plan that fails), which
+    compiles and trains as torch."""
+    from dataclasses import replace
+
     from sft.search.candidates import contractions_alone, plan_of
     from sft.space.options import ModuleOptions
 
@@ -178,11 +182,12 @@ def test_packed_contractions_alone_train_like_torch():
         return sft.compile_train_step(model, F.cross_entropy, opt(model.parameters()), example, **how)
 
     searched = step(search="model")
-    packed = plan_of(searched.search, ModuleOptions(data_tiling=True))
+    alone = plan_of(searched.search, ModuleOptions(data_tiling=True))
+    assert len(alone.groups) >= 4 and all(len(g) == 1 for g in alone.groups)  # 2 forward, 2+ backward
+    packed = replace(alone, groups=())
     with pytest.raises(sft.SftError, match="iree-compile failed"):
         step(plan=packed)
-    alone = contractions_alone(searched.search, packed)
-    assert len(alone.groups) >= 4 and all(len(g) == 1 for g in alone.groups)  # 2 forward, 2+ backward
+    assert contractions_alone(searched.search, packed) == alone
     _check(build, opt, F.cross_entropy, example, 256, plan=alone)
 
 

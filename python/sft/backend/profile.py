@@ -19,9 +19,12 @@ from dataclasses import asdict, dataclass, field
 from ..decisions.cpu_tiles import levels_of_iree
 from ..syntax import split_top_level
 
-_FUNC = re.compile(r"func\.func @\w+_dispatch_(\d+)_(\w+?)\(")
+# A dispatch function: the program's own (`main_dispatch_3_matmul_64x384x128_f32`), or one of
+# data tiling's packs and unpacks (`_encoding_0_encode_8x256xf32_to_8x256xf32`), numbered apart.
+_FUNC = re.compile(r"func\.func @\w*?_(dispatch|encoding)_(\d+)_(\w+?)\(")
 _DIMS = re.compile(r"_(\d+(?:x\d+)+)(?:_|x[a-z]|$)")
 _BUFFER = re.compile(r"hal\.interface\.binding\.subspan.*?: memref<((?:\d+x)+)([a-z]+)(\d+)")
+_STORE = re.compile(r"\b(?:iree_codegen\.store_to_buffer|iree_tensor_ext\.dispatch\.tensor\.store)\b")
 _CONFIG_START = re.compile(r"lowering_config<")
 _GPU_PIPELINE = re.compile(r"pipeline = #iree_gpu\.(?:spirv_)?pipeline<(\w+)>")
 _TRANSLATION_INTS = {"subgroup_size": re.compile(r"subgroup_size = (\d+)"),
@@ -134,6 +137,10 @@ class Dispatch:
     # transposed (through a permutation of its loops): they move in the contraction's tile
     # order, across rows (`cost.model.transposed_seconds`).
     transposed_bytes: int = 0
+    # Its root is IREE's packed contraction (data tiling: `linalg.mmt4d`), and the buffers it
+    # writes (two where an elementwise consumer with two results is fused into it).
+    packed: bool = False
+    results: int = 0
     # GPU targets, contractions: {"pipeline", "workgroup_size", "subgroup_size", ...,
     # "lowering_config": {field: value}}, JSON-able (see gpu_translation, gpu_lowering_config).
     gpu: dict | None = field(default=None, hash=False)
@@ -141,6 +148,15 @@ class Dispatch:
     @property
     def is_contraction(self) -> bool:
         return any(word in self.name for word in CONTRACTION_WORDS)
+
+    @property
+    def packed_with_consumers(self) -> bool:
+        """A packed contraction whose dispatch writes more than one buffer: IREE's CPU code
+        generation fails on those that compute a training step's update with it ("large vector
+        sizes", then a 132 KiB stack: every torch and JAX MLP and GPT-2 step here); the CNN
+        steps' small 10x16x8 classifier gradient compiled, so this is a warning sign, not a
+        proof."""
+        return self.packed and self.results > 1
 
     @property
     def flops(self) -> float:
@@ -185,8 +201,11 @@ class Profile:
             transposed = d.get("transposed_bytes", 0)  # absent from profiles written before
             if type(transposed) is not int:
                 raise TypeError(f"transposed_bytes {transposed!r}")
+            packed, results = d.get("packed", False), d.get("results", 0)
+            if type(packed) is not bool or type(results) is not int:
+                raise TypeError(f"packed {packed!r}, results {results!r}")
             return Dispatch(d["index"], d["name"], ints(d["dims"]), d["bytes"], config, tuple(d["maps"]),
-                            transposed_bytes=transposed, gpu=gpu)
+                            transposed_bytes=transposed, packed=packed, results=results, gpu=gpu)
 
         count = data["dispatch_count"]
         if type(count) is not int:
@@ -227,10 +246,12 @@ def parse_profile(text: str) -> Profile:
         func = _FUNC.search(line)
         if func:
             close()
-            dims = _DIMS.search(func.group(2) + "_")
-            current = dict(index=int(func.group(1)), name=func.group(2),
+            kind, number, name = func.groups()
+            dims = _DIMS.search(name + "_")
+            current = dict(index=int(number) if kind == "dispatch" else -1 - int(number), name=name,
                            dims=tuple(int(x) for x in dims.group(1).split("x")) if dims else (),
-                           bytes=0, config=None, maps=(), gpu=None, transposed_bytes=0)
+                           bytes=0, config=None, maps=(), gpu=None, transposed_bytes=0,
+                           packed=False, results=0)
             translation = gpu_translation(line)
             contraction = any(word in current["name"] for word in CONTRACTION_WORDS)
             continue
@@ -238,6 +259,8 @@ def parse_profile(text: str) -> Profile:
             continue
         if contraction and "linalg.generic" in line:
             current["transposed_bytes"] += transposed_operand_bytes(line)
+        current["packed"] |= "linalg.mmt4d" in line or "linalg.batch_mmt4d" in line
+        current["results"] += bool(_STORE.search(line))
         buffer = _BUFFER.search(line)
         if buffer:
             shape = [int(x) for x in buffer.group(1).rstrip("x").split("x")]
@@ -258,5 +281,6 @@ def parse_profile(text: str) -> Profile:
             op = re.search(r"= (linalg\.\w+)", line)
             current["maps"] = tuple(_MAP.findall(line)) or _IMPLIED_MAPS.get(op.group(1) if op else "", ())
     close()
-    count = max((d.index for d in dispatches), default=-1) + 1
+    # the program's dispatches are numbered from 0, data tiling's encodings (negative here) apart
+    count = max((d.index for d in dispatches), default=-1) + 1 + sum(d.index < 0 for d in dispatches)
     return Profile(tuple(dispatches), count)

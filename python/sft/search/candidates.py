@@ -16,10 +16,12 @@ def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tu
     """The plan of one searched option set: the report's graph rewrites (orientation, batch
     expansion and chain orders), the options' iree-compile flags and driver, and `tiles` and
     `low_precision` where the options keep sft's kernel configs (data tiling and micro-kernels
-    replace them)."""
+    replace them), and each contraction in a dispatch of its own in a packed plan of a program
+    IREE cannot build packed with their consumers (`SearchReport.packed_alone`)."""
     keeps = options.keeps_tiles
+    packed_alone = report.packed_alone if DATA_TILING in options.flags else ()
     return Plan(im2col=report.im2col, orient=report.orient, expand=report.expand, orders=report.orders,
-                tiles=tuple(tiles) if keeps else (),
+                groups=tuple((op,) for op in packed_alone), tiles=tuple(tiles) if keeps else (),
                 flags=options.flags, driver=options.driver,
                 low_precision=tuple(low_precision) if keeps else ())
 

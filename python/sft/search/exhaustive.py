@@ -62,6 +62,9 @@ class SearchReport:
     orient: tuple[int, ...] = ()       # contractions computed in their readers' layout
     expand: tuple[int, ...] = ()       # contractions run over their expanded batch
     rewrites: dict = field(default_factory=dict)  # each rewrite searched: its `as_formed`
+    # contractions that packed (data-tiled) plans run in dispatches of their own, where IREE
+    # cannot build them packed with their consumers (`strategy._take_profiles`)
+    packed_alone: tuple[int, ...] = ()
     default_predicted: float = math.inf  # IREE's default plan (its options, configs): predicted
 
     @property
@@ -122,6 +125,7 @@ class SearchReport:
             "measured_s": self.measured,
             "chains": [c.to_dict() for c in self.chains],
             "orient": list(self.orient), "expand": list(self.expand),
+            "packed_alone": list(self.packed_alone),
             "rewrites_predicted_s": self.rewrites,
             "default_predicted_s": _finite(self.default_predicted),
         }

@@ -119,7 +119,8 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         ReassociatePass(orders[rewrite])(variant)
         kernels = contraction_kernels(variant)
         casts[rewrite] = castable(variant) if precision != "f32" else {}
-        variants[rewrite] = (kernels, lower(variant, Plan(), target)[1], chains, seconds)
+        rewritten = print_module(variant)  # before lowering consumes it: `_take_profiles`
+        variants[rewrite] = (kernels, lower(variant, Plan(), target)[1], chains, seconds, rewritten)
     # IREE's profiles are most of a search's time. A rewrite is first searched under IREE's
     # default dispatch formation only, beside the program as written under every option; it
     # gets the other formations' profiles only when it already predicts a clear gain there.
@@ -133,20 +134,21 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         flag_sets = [f for f in flag_sets if DATA_TILING not in f]
     requests = [(WRITTEN, flags) for flags in flag_sets if flags not in im2col_sets]
     requests += [(e, ()) for e in variants if e != WRITTEN]
-    profiles = dict(zip(requests, _profiles([(variants[e][1], f) for e, f in requests], target)))
+    profiles, alone = {}, {}
+    _take_profiles(requests, variants, target, profiles, alone)
 
     if profiles[(WRITTEN, ())] is None:  # IREE cannot compile the program as written: say how
         profile(variants[WRITTEN][1], target)
     if any("conv" in d.name for d in profiles[(WRITTEN, ())].dispatches):
-        more = [(WRITTEN, f) for f in im2col_sets]
-        profiles.update(zip(more, _profiles([(variants[WRITTEN][1], f) for _, f in more], target)))
+        _take_profiles([(WRITTEN, f) for f in im2col_sets], variants, target, profiles, alone)
 
     def searched(rewrite, opts):
-        kernels, _, chains, seconds = variants[rewrite]
+        kernels, _, chains, seconds, _ = variants[rewrite]
         mine = {f: p for (e, f), p in profiles.items() if e == rewrite and p is not None}
         report = search_program(kernels, mine, target, [o for o in opts if o.formation_flags in mine],
                                 precision=precision, castable=casts[rewrite])
         report.add_chains(chains, seconds)
+        report.packed_alone = alone.get(rewrite, ())
         return report
 
     # Rewrites are compared like for like (`SearchReport.as_formed`).
@@ -156,7 +158,7 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         reports[rewrite] = searched(rewrite, default_only)
         if reports[rewrite].as_formed < written * (1.0 - REWRITE_MARGIN):
             more = [(rewrite, f) for f in flag_sets if f and f not in im2col_sets]
-            profiles.update(zip(more, _profiles([(variants[rewrite][1], f) for _, f in more], target)))
+            _take_profiles(more, variants, target, profiles, alone)
             reports[rewrite] = searched(rewrite, options)
     rewrite = min(reports, key=lambda e: reports[e].as_formed)
     if reports[rewrite].as_formed > written * (1.0 - REWRITE_MARGIN):
@@ -179,6 +181,23 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         words.insert(1, "IREE's kernel configs (the cost model has no timings for this device)")
     report.chosen = "; ".join(words)
     return plan, report
+
+
+def _take_profiles(keys: list, variants: dict, target: Target, profiles: dict, alone: dict) -> None:
+    """IREE's profiles of (rewrite, flags) `keys` into `profiles`. A packed view with a
+    contraction dispatch IREE cannot build with its fused consumers (`Dispatch.
+    packed_with_consumers`: a training step's update) is taken again as its plans will run, each
+    contraction in a dispatch of its own (`alone[rewrite]`: their op ids; `plan_of` imposes
+    them): priced fused, jax_mlp_b8's packed pick measured 1.64x the best option set."""
+    profiles.update(zip(keys, _profiles([(variants[e][1], f) for e, f in keys], target)))
+    again = [(e, f) for e, f in keys if DATA_TILING in f and profiles[(e, f)] is not None
+             and any(d.packed_with_consumers for d in profiles[(e, f)].dispatches)]
+    texts = []
+    for e, flags in again:
+        alone[e] = tuple(k.op_id for k in variants[e][0])
+        plan = Plan(groups=tuple((op,) for op in alone[e]))
+        texts.append((lower(to_sft(variants[e][4]), plan, target)[1], flags))
+    profiles.update(zip(again, _profiles(texts, target)))
 
 
 WRITTEN = ((), ())  # the rewrite key of the program as written: nothing oriented or expanded
