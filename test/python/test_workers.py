@@ -229,3 +229,35 @@ def test_verify_drops_candidates_that_compute_nan_where_iree_does_not():
     # Where IREE's default is not finite either (or unknown), the inputs may call for NaN.
     assert non_finite_candidates({**finite, "iree-default": False}) == set()
     assert non_finite_candidates({**finite, "iree-default": None}) == set()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own nice value is Linux's")
+def test_parallel_executor_calls_wait_on_a_low_priority_thread():
+    """A call on IREE's parallel executor is made from sft's invoker thread at nice 19 (its
+    waits must not take the workers' cores), errors come back to the caller, and a call made
+    from that thread runs there directly; the results are those of the inline driver."""
+    import threading
+
+    import torch
+
+    import sft
+    from sft.backend import runtime
+
+    def where(*args):
+        return threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, 0), args
+
+    name, nice, args = runtime._invoke(where, (1, 2))
+    assert name.startswith("sft-invoke") and nice == 19 and args == (1, 2)
+    assert os.getpriority(os.PRIO_PROCESS, 0) < 19  # the caller's own priority is untouched
+    assert runtime._invoke(lambda: runtime._invoke(where, ())[0], ()).startswith("sft-invoke")
+
+    def fails():
+        raise RuntimeError("no")
+    with pytest.raises(RuntimeError, match="no"):
+        runtime._invoke(fails, ())
+
+    model, x = torch.nn.Linear(64, 32), torch.randn(8, 64)
+    parallel = sft.compile(model, (x,), plan=sft.Plan(driver="local-task"))
+    inline = sft.compile(model, (x,), plan=sft.Plan(driver="local-sync"))
+    torch.testing.assert_close(parallel(x), inline(x))
+    torch.testing.assert_close(parallel(x), model(x), rtol=1e-5, atol=1e-5)
