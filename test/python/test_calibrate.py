@@ -165,7 +165,7 @@ def test_the_executor_reading_keeps_the_least_disturbed_of_its_readings(monkeypa
         {"sync": 1.0, "task": 1.4}, {"sync": 17.0, "task": 12.4},   # 1.45x
     ])
     monkeypatch.setattr(cal, "compile_module", lambda *a, **k: None)
-    monkeypatch.setattr(cal, "benchmark", lambda variants, *a, **k: next(readings))
+    monkeypatch.setattr(cal, "called", lambda variants, *a, **k: next(readings))
     efficiency, small, large = cal.executor_reading(2, rounds=1)
     assert efficiency == pytest.approx(1.0) and small["task"] == 1.5 and large["task"] == 9.5
     assert next(readings, None) is None  # all three were read

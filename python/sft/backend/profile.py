@@ -35,6 +35,7 @@ _WORKGROUP_SIZE = re.compile(r"workgroup_size = \[([\d, ]+)\]")
 _MMA_LAYOUT = re.compile(r"^#iree_gpu\.(?:mma_layout|virtual_mma_layout)<(\w+)>$")
 _MAP = re.compile(r"affine_map<(\([^)]*\) -> \([^)]*\))>")
 CONTRACTION_WORDS = ("matmul", "mmt4d", "conv", "contract")
+ONE_WORKGROUP_BYTES = 4096  # a dispatch touching less runs as one workgroup (`Profile.split_count`)
 # Named ops print no indexing maps: theirs are implied.
 _IMPLIED_MAPS = {
     "linalg.matmul": ("(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d2, d1)", "(d0, d1, d2) -> (d0, d1)"),
@@ -168,6 +169,15 @@ class Dispatch:
 class Profile:
     dispatches: tuple[Dispatch, ...]
     dispatch_count: int               # dispatches executed (executables may be shared)
+
+    @property
+    def split_count(self) -> int:
+        """Dispatches executed that IREE's parallel executor splits among its workers: all but
+        those touching under `ONE_WORKGROUP_BYTES` (a training step's scalar and index
+        bookkeeping; IREE splits even a 16 KiB reduction into 8 workgroups). Only a split
+        dispatch makes the workers meet (`calibrate.measure_host`: a one-workgroup chain reads
+        no cost a dispatch, a split one 13-21 us on a 2-core VM)."""
+        return self.dispatch_count - sum(d.bytes < ONE_WORKGROUP_BYTES for d in self.dispatches)
 
     def contractions(self, dims: tuple[int, ...]) -> list[Dispatch]:
         """The contraction dispatches of loop extents `dims`, in dispatch order."""

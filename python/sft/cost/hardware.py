@@ -85,7 +85,7 @@ class TargetDesc:
     l1_bandwidth: float          # bytes/s per core
     l2_bandwidth: float          # bytes/s per core (streamed: what a copy measures)
     dram_bandwidth: float        # bytes/s, whole chip
-    dispatch_overhead: float     # seconds per dispatch
+    dispatch_overhead: float     # seconds per dispatch the parallel executor splits (`Profile.split_count`)
     workgroup_overhead: float    # seconds per workgroup (tile) scheduled
     invoke_overhead: float = 0.0          # seconds per call: waking the parallel executor
     # CPU only: running a call inline on the caller's thread (IREE's local-sync driver) pays no

@@ -288,11 +288,13 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
             rests[key] = (sum(memory_bound(d, desc, cores) for d in other_dispatches(profile, kernels))
                           + transposed_seconds(profile, desc, cores))
         rest = rests[key]
-        total = kernel_time + rest + overheads(o, profile.dispatch_count, desc)
+        # the inline driver pays every dispatch; the parallel executor, the ones it splits
+        count = profile.dispatch_count if o.serial else profile.split_count
+        total = kernel_time + rest + overheads(o, count, desc)
         report.ranked.append(OptionChoice(o, total, tuple(choices)))
         if o == ModuleOptions():  # what the trust gate holds every pick against
             report.default_predicted = (sum(c.default_prediction() for c in by_cores[cores])
-                                        + rest + overheads(o, profile.dispatch_count, desc))
+                                        + rest + overheads(o, count, desc))
     report.ranked.sort(key=lambda o: o.predicted)
     tiled = sum(o.keeps_tiles for o in options)
     report.space_size_log10 = math.log10(
