@@ -190,13 +190,12 @@ def _take_profiles(keys: list, variants: dict, target: Target, profiles: dict, a
     contraction in a dispatch of its own (`alone[rewrite]`: their op ids; `plan_of` imposes
     them): priced fused, jax_mlp_b8's packed pick measured 1.64x the best option set."""
     profiles.update(zip(keys, _profiles([(variants[e][1], f) for e, f in keys], target)))
-    again = [(e, f) for e, f in keys if DATA_TILING in f and profiles[(e, f)] is not None
-             and any(d.packed_with_consumers for d in profiles[(e, f)].dispatches)]
-    texts = []
-    for e, flags in again:
-        alone[e] = tuple(k.op_id for k in variants[e][0])
-        plan = Plan(groups=tuple((op,) for op in alone[e]))
-        texts.append((lower(to_sft(variants[e][4]), plan, target)[1], flags))
+    packed = [(e, f) for e, f in keys if DATA_TILING in f and profiles[(e, f)] is not None]
+    alone.update({e: tuple(k.op_id for k in variants[e][0]) for e, f in packed
+                  if any(d.packed_with_consumers for d in profiles[(e, f)].dispatches)})
+    again = [(e, f) for e, f in packed if e in alone]  # every packed view of such a program
+    texts = [(lower(to_sft(variants[e][4]), Plan(groups=tuple((op,) for op in alone[e])), target)[1], f)
+             for e, f in again]
     profiles.update(zip(again, _profiles(texts, target)))
 
 
