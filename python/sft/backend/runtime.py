@@ -38,7 +38,9 @@ HOST_ALLOCATORS = ("caching",)
 # 3.8 ms a call from the caller's thread, 3.5 ms from another thread, 2.6-2.9 ms from another
 # thread at nice 19 (5.1 ms on local-sync; the CNN step 3.8, 2.8, 2.5 against 3.6), interleaved
 # medians, a process per variant. Linux only: there a thread's nice value is its own.
-LOW_PRIORITY_INVOKER = sys.platform.startswith("linux")
+# SFT_LOW_PRIORITY_INVOKER=0 calls from the caller's thread, as before (to measure the difference).
+LOW_PRIORITY_INVOKER = (sys.platform.startswith("linux")
+                        and os.environ.get("SFT_LOW_PRIORITY_INVOKER", "1") != "0")
 _invoker: tuple[int, ThreadPoolExecutor] | None = None  # (the process it belongs to, the thread)
 _in_invoker = threading.local()
 
