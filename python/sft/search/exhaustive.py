@@ -288,8 +288,9 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
             rests[key] = (sum(memory_bound(d, desc, cores) for d in other_dispatches(profile, kernels))
                           + transposed_seconds(profile, desc, cores))
         rest = rests[key]
-        # the inline driver pays every dispatch; the parallel executor, the ones it splits
-        count = profile.dispatch_count if o.serial else profile.split_count
+        # the inline driver (and a GPU) pays every dispatch; IREE's CPU executor, the ones it splits
+        split = not o.serial and target.driver == "local-task"
+        count = profile.split_count if split else profile.dispatch_count
         total = kernel_time + rest + overheads(o, count, desc)
         report.ranked.append(OptionChoice(o, total, tuple(choices)))
         if o == ModuleOptions():  # what the trust gate holds every pick against
