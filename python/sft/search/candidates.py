@@ -21,9 +21,14 @@ def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tu
     keeps = options.keeps_tiles
     packed_alone = report.packed_alone if DATA_TILING in options.flags else ()
     return Plan(im2col=report.im2col, orient=report.orient, expand=report.expand, orders=report.orders,
-                groups=tuple((op,) for op in packed_alone), tiles=tuple(tiles) if keeps else (),
+                groups=each_alone(packed_alone), tiles=tuple(tiles) if keeps else (),
                 flags=options.flags, driver=options.driver,
                 low_precision=tuple(low_precision) if keeps else ())
+
+
+def each_alone(ops) -> tuple[tuple[int, ...], ...]:
+    """A partition (`Plan.groups`) with each of `ops` in a dispatch of its own."""
+    return tuple((op,) for op in ops)
 
 
 def contractions_alone(report, plan: Plan) -> Plan | None:
@@ -37,7 +42,7 @@ def contractions_alone(report, plan: Plan) -> Plan | None:
     if (DATA_TILING not in plan.flags or plan.groups or not report.choices
             or any(getattr(plan, r) != getattr(report, r) for r in rewrites)):
         return None
-    return replace(plan, groups=tuple((c.kernel.op_id,) for c in report.choices))
+    return replace(plan, groups=each_alone(c.kernel.op_id for c in report.choices))
 
 
 def program_candidates(report, tiles: tuple = (), top_options: int = TOP_OPTIONS) -> dict[str, Plan]:

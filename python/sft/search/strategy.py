@@ -38,7 +38,7 @@ from ..space.kernels import contraction_kernels
 from ..space.options import DATA_TILING, FORMATION_FLAGS, IM2COL
 from ..targets import Target
 from ..tuning_db import TuningDB
-from .candidates import contractions_alone, plan_of
+from .candidates import contractions_alone, each_alone, plan_of
 from .chains import choose_orders, plan_orders
 from .exhaustive import SearchReport, search_program
 
@@ -194,7 +194,7 @@ def _take_profiles(keys: list, variants: dict, target: Target, profiles: dict, a
     alone.update({e: tuple(k.op_id for k in variants[e][0]) for e, f in packed
                   if any(d.packed_with_consumers for d in profiles[(e, f)].dispatches)})
     again = [(e, f) for e, f in packed if e in alone]  # every packed view of such a program
-    texts = [(lower(to_sft(variants[e][4]), Plan(groups=tuple((op,) for op in alone[e])), target)[1], f)
+    texts = [(lower(to_sft(variants[e][4]), Plan(groups=each_alone(alone[e])), target)[1], f)
              for e, f in again]
     profiles.update(zip(again, _profiles(texts, target)))
 
