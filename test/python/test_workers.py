@@ -231,7 +231,9 @@ def test_verify_drops_candidates_that_compute_nan_where_iree_does_not():
     assert non_finite_candidates({**finite, "iree-default": None}) == set()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sft's low-priority invoker runs on Linux only (elsewhere a nice value is the whole process's, so calls stay on the caller's thread)")
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="sft's low-priority invoker runs on Linux only (elsewhere a nice value "
+                           "is the whole process's, so calls stay on the caller's thread)")
 def test_parallel_executor_calls_wait_on_a_low_priority_thread():
     """A call on IREE's parallel executor is made from sft's invoker thread at nice 19 (its
     waits must not take the workers' cores), errors come back to the caller, and a call made
