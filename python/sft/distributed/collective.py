@@ -129,12 +129,18 @@ def allreduce_mean(grads: list, buckets: tuple[tuple[int, ...], ...], group=None
         flat = torch.cat([grads[i].reshape(-1) for i in bucket])
         issued.append((bucket, flat, dist.all_reduce(flat, group=group, async_op=True)))
     out = list(grads)
-    for bucket, flat, work in issued:
+    for k, (bucket, flat, work) in enumerate(issued):
         try:
             work.wait()
         except RuntimeError as err:  # gloo's DistBackendError is one
             # the group is broken (its peer is gone): destroyed, or torch aborts the process
-            # at exit ("terminate called without an active exception")
+            # at exit ("terminate called without an active exception"); the buckets still in
+            # flight are waited out first (each fails too), not torn down under gloo's threads
+            for _, _, pending in issued[k + 1:]:
+                try:
+                    pending.wait()
+                except RuntimeError:
+                    pass
             dist.destroy_process_group(group)
             raise SftError(f"rank {rank}: the gradients' all-reduce failed (a peer "
                            f"rank exited or timed out): {_first_line(err)}") from None
