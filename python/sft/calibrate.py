@@ -66,6 +66,10 @@ FIT_SEED = 0
 FIT_ROUNDS = 3
 SPLIT = 64 << 10  # floats in a dispatch that IREE's executor splits among its workers
 CHAIN_CALLS = 200  # calls a round of the chains (a one-region chain: ~10 us a call)
+# The FMA-rate programs: 32 Ki elements (128 KiB a buffer, in L2), 64 FMAs a chain. On a 2-core
+# Zen 4 VM, one thread: AVX-512 code 99, 115, 116, 116 GFLOP/s with 2, 4, 6, 8 chains; AVX2
+# code (SFT_HOST_CPU=znver3) 52, 72, 90, 116, and 54 with 12 (its 16 registers spill).
+FMA_ELEMENTS, FMA_STEPS, FMA_CHAINS = 32 << 10, 64, (4, 6, 8)
 
 
 def chain_program(regions: int, n: int) -> str:
@@ -87,6 +91,42 @@ def chain_program(regions: int, n: int) -> str:
             "  }"]
     lines += [f"  return %x{regions} : {ty}", "}"]
     return "\n".join(lines) + "\n"
+
+
+def fma_program(chains: int, steps: int, n: int = FMA_ELEMENTS) -> str:
+    """An elementwise op on n f32 whose body is `chains` independent chains of `steps` dependent
+    FMAs, summed: the vectorised loop keeps chains x (vectors per tile) FMAs in flight, so that
+    the FMA units' issue rate, not their latency, bounds it (2 * chains * steps FLOP an element)."""
+    ty = f"tensor<{n}xf32>"
+    body = [f"      %c{c}_0 = arith.constant {c + 1}.0 : f32" for c in range(chains)]
+    for i in range(steps):  # step by step, the chains interleaved; x is the program's: no folding
+        body += [f"      %c{c}_{i + 1} = math.fma %c{c}_{i}, %x, %x : f32" for c in range(chains)]
+    ends = [f"%c{c}_{steps}" for c in range(chains)]
+    total = ends[0]
+    for i, end in enumerate(ends[1:]):
+        body.append(f"      %s{i} = arith.addf {total}, {end} : f32")
+        total = f"%s{i}"
+    return "\n".join([
+        f"func.func @main(%in: {ty}) -> {ty} {{",
+        f"  %e = tensor.empty() : {ty}",
+        "  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],"
+        f" iterator_types = [\"parallel\"]}} ins(%in : {ty}) outs(%e : {ty}) {{",
+        "    ^bb0(%x: f32, %o: f32):", *body, f"      linalg.yield {total} : f32",
+        f"  }} -> {ty}", f"  return %r : {ty}", "}"]) + "\n"
+
+
+def fma_peak(rounds: int, progress=None) -> float:
+    """One core's FLOP/s on independent FMAs, inline on one thread: the fastest of a few chain
+    counts (too few chains wait on the FMA's latency, too many spill registers), less the inline
+    call's cost. A lower bound of the core's peak, as close as IREE's own code comes."""
+    target = get_target("host")
+    variants = {chains: Variant(compile_module(fma_program(chains, FMA_STEPS), target), SERIAL_DRIVER)
+                for chains in FMA_CHAINS}
+    seconds = benchmark(variants, [f"{FMA_ELEMENTS}xf32"], rounds=rounds, progress=progress)
+    rates = [2 * chains * FMA_STEPS * FMA_ELEMENTS / s for chains, s in seconds.items() if s]
+    if not rates:
+        raise SftError("sft-calibrate: the FMA-rate programs failed to run on local-sync")
+    return max(rates)
 
 
 def _zeros(shape: str) -> np.ndarray:
@@ -176,6 +216,7 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         "parallel_efficiency": efficiency,
         "data_tiling_speedup": m["default/sync"] / m["dt/sync"],
         "data_tiling_ukernel_speedup": m["default/sync"] / m["dt+uk/sync"],
+        "fma_peak_f32": fma_peak(rounds, progress),
     }
 
 
@@ -378,8 +419,8 @@ def fit_kernel_model(samples: list[FitSample], desc: TargetDesc,
 def calibration_runs(rounds: int = 7, fit_rounds: int = FIT_ROUNDS) -> int:
     """Progress steps of `calibrate`: benchmark processes, and the fit's compiles."""
     # chains 8 (and their inline 4 in the benchmark tool), copies 2, the matmul's option sets
-    # 3, each executor reading 4
-    return (17 + 4 * EXECUTOR_READINGS) * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
+    # 3, the FMA programs, each executor reading 4
+    return (17 + len(FMA_CHAINS) + 4 * EXECUTOR_READINGS) * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
 
 
 def calibrate(rounds: int = 7, progress=None, fit_rounds: int = FIT_ROUNDS) -> dict:

@@ -169,3 +169,32 @@ def test_the_executor_reading_keeps_the_least_disturbed_of_its_readings(monkeypa
     efficiency, small, large = cal.executor_reading(2, rounds=1)
     assert efficiency == pytest.approx(1.0) and small["task"] == 1.5 and large["task"] == 9.5
     assert next(readings, None) is None  # all three were read
+
+
+def test_the_fma_rate_program_computes_its_chains():
+    """What sft-calibrate times as the FMA rate is the FMAs it counts: each of the chains steps
+    c <- c * x + x from c = its number, and the chains are summed."""
+    from sft.backend import compile_module, load
+    from sft.targets import get_target
+
+    chains, steps, n = 3, 5, 64
+    fn = load(compile_module(cal.fma_program(chains, steps, n), get_target("host")), driver="local-sync")
+    x = np.linspace(-1.0, 1.0, n, dtype=np.float32)
+    want = np.zeros(n, np.float64)
+    for c in range(chains):
+        value = np.full(n, c + 1.0)
+        for _ in range(steps):
+            value = value * x + x
+        want += value
+    np.testing.assert_allclose(fn(x)[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_rooflines_use_the_measured_fma_rate_and_the_model_keeps_its_scale():
+    from sft.cost.model import compute_floor, roofline
+
+    desc = _desc(AVX512)
+    measured = dataclasses.replace(desc, fma_peak_f32=desc.peak_flops_f32 / 2.5)
+    flops = 1e9
+    assert roofline(flops, 0, measured, 1) == pytest.approx(flops / measured.fma_peak_f32)
+    assert roofline(flops, 0, desc, 1) == pytest.approx(flops / desc.peak_flops_f32)
+    assert compute_floor(flops, measured, 1) == compute_floor(flops, desc, 1)

@@ -93,6 +93,11 @@ class TargetDesc:
     serial_invoke_overhead: float = 0.0
     serial_dispatch_overhead: float = 0.0
     parallel_efficiency: float = 1.0      # speed-up per extra core actually obtained (0..1)
+    # CPU: one core's FLOP rate on independent FMAs as `sft-calibrate` measured it (0: not
+    # measured). The limit rooflines are drawn against; `peak_flops_f32` is the kernel model's
+    # fitted scale, which need not be a rate the core reaches (a 2-core Zen 4 VM: fitted 285
+    # GFLOP/s, where its double-pumped AVX-512 issues 32 FLOP a cycle and measured 113).
+    fma_peak_f32: float = 0.0
     # Contraction speed relative to IREE's default codegen under backend options (measured by
     # `sft-calibrate` on the host; 1.0 where unknown).
     data_tiling_speedup: float = 1.0

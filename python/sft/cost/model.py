@@ -207,11 +207,13 @@ def compute_floor(flops: float, target: TargetDesc, cores: int) -> float:
 
 
 def roofline(flops: float, nbytes: float, target: TargetDesc, cores: int) -> float:
-    """Seconds no code beats on `cores` cores: its FLOPs at the peak rate or its bytes at the
-    bandwidth of where they live, whichever takes longer, every core at its full rate (the
-    model's parallel efficiency is what IREE's executor gets, not a limit of the machine: with
-    it, a step measured below its bound)."""
-    ideal = replace(target, parallel_efficiency=1.0)
+    """Seconds no code beats on `cores` cores: its FLOPs at the peak rate (the FMA rate
+    `sft-calibrate` measured where it did, else the model's scale) or its bytes at the bandwidth
+    of where they live, whichever takes longer, every core at its full rate (the model's
+    parallel efficiency is what IREE's executor gets, not a limit of the machine: with it, a
+    step measured below its bound)."""
+    ideal = replace(target, parallel_efficiency=1.0,
+                    peak_flops_f32=target.fma_peak_f32 or target.peak_flops_f32)
     return max(compute_floor(flops, ideal, cores), nbytes / bandwidth(nbytes, ideal, cores))
 
 

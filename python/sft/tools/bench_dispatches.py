@@ -34,11 +34,11 @@ def programs(program) -> dict[str, tuple[str, tuple[str, ...]]]:
 
 def peaks(desc) -> dict:
     """The host's limits for one thread (dispatches are timed on one): the FLOP rate of one core
-    and the bandwidths of L2 and DRAM, from the description the cost model uses (calibrated or
-    detected: `calibration`)."""
+    (its measured FMA rate, where calibrated) and the bandwidths of L2 and DRAM, from the
+    description the cost model uses (calibrated or detected: `calibration`)."""
     from ..targets.host import calibration_state
 
-    return {"flops_per_s": desc.peak_flops_f32, "l2_bytes_per_s": desc.l2_bandwidth,
+    return {"flops_per_s": desc.fma_peak_f32 or desc.peak_flops_f32, "l2_bytes_per_s": desc.l2_bandwidth,
             "dram_bytes_per_s": desc.dram_bandwidth, "l2_bytes": desc.l2_bytes,
             "calibration": calibration_state()}
 
