@@ -335,6 +335,28 @@ def test_a_plan_that_does_not_compile_falls_back_to_the_next_ranked(tmp_path, mo
     assert again.search.replayed and again.plan == compiled.plan
 
 
+def test_a_pick_whose_fusion_fails_falls_back_to_the_next_option_set_with_its_tiles():
+    """Where the pick's dispatch formation fails (aggressive fusion past IREE's stack limit on
+    a training step), the pick is tried untiled, then the option sets without that formation,
+    each with its own searched tiles first, then untiled."""
+    from sft.program import prepare
+    from sft.search.strategy import _fallbacks, option_plan, search_plan
+    from sft.space.options import FORMATION_FLAGS
+
+    program = prepare(sft.models.MLP().eval(), (torch.randn(32, 256),))[0]
+    _, report = search_plan(program.sft_text, get_target("host"))
+    fused = next(o for o in report.ranked if o.options.formation_flags and o.options.keeps_tiles)
+    failed = option_plan(report, fused)
+    found = _fallbacks(report, failed)
+    formed = [plan for _, plan in found if set(fused.options.formation_flags) <= set(plan.flags)]
+    assert formed == [dataclasses.replace(failed, tiles=())]  # the failed set itself, untiled
+    tiled = [(name, plan) for name, plan in found if plan.tiles]
+    assert tiled and tiled[0][0].endswith("its tiles")
+    option = next(o for o in report.ranked if o.options.describe() == tiled[0][0].removesuffix(", its tiles"))
+    assert tiled[0][1] == option_plan(report, option)
+    assert set(fused.options.formation_flags) <= set(FORMATION_FLAGS)
+
+
 def test_a_plan_that_does_not_apply_falls_back_like_one_iree_refuses(tmp_path, monkeypatch):
     """A searched plan naming an op the program does not have (IllegalPlan while lowering) is
     discarded as a pick iree-compile refuses is: the next ranked option set compiles."""

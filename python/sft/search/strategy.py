@@ -300,7 +300,7 @@ def compile_program(program: Program, module, target: Target, plan: Plan | None 
             raise
         # A searched (or replayed) plan that does not apply or that IREE refuses (aggressive
         # fusion can exceed IREE's stack limit on a training step) is discarded, never fatal:
-        # the next option sets the model ranked, without tiles, then IREE's own choice.
+        # the next option sets the model ranked (`_fallbacks`), then IREE's own choice.
         for name, fallback in [*_fallbacks(report, plan), ("iree-default", Plan())]:
             try:
                 lowered, planned, artifact = _lower_and_compile(program.module(), fallback, target,
@@ -311,7 +311,8 @@ def compile_program(program: Program, module, target: Target, plan: Plan | None 
                     raise
         report.fallback = True
         why = error.message.splitlines()[0].split("error: ")[-1]  # not the scratch file's path
-        report.chosen = f"{name}, untiled (the search's pick failed to compile: {why[:160]})"
+        tiles = "" if name.endswith("its tiles") else ", untiled"
+        report.chosen = f"{name}{tiles} (the search's pick failed to compile: {why[:160]})"
         plan = fallback
         if search != "none":  # replays take the plan that compiled
             TuningDB().record_plan(program.workload, _db_key(target, precision), search,
@@ -319,11 +320,13 @@ def compile_program(program: Program, module, target: Target, plan: Plan | None 
     return plan, report, lowered, planned, artifact
 
 
-def _fallbacks(report: SearchReport, failed: Plan, count: int = 3) -> list[tuple[str, Plan]]:
+def _fallbacks(report: SearchReport, failed: Plan, count: int = 4) -> list[tuple[str, Plan]]:
     """(name, plan) to try when `failed` does not compile, best ranked first, each with the
-    search's graph rewrites and no tiles: the failed option set itself where it had tiles, then
+    search's graph rewrites: the failed option set itself untiled where it had tiles, then
     option sets without its dispatch-forming flags (what fails is mostly a dispatch IREE's
-    codegen cannot take: aggressive fusion past the stack limit, in every set that has it)."""
+    codegen cannot take: aggressive fusion past the stack limit, in every set that has it),
+    each with its own searched tiles and then without (a CNN training step whose aggressive
+    fusion failed ran untiled where its next option set's tiles were priced)."""
     failed_formation = {f for f in failed.flags if f in FORMATION_FLAGS}
     found = {}
     alone = contractions_alone(report, failed)
@@ -331,11 +334,15 @@ def _fallbacks(report: SearchReport, failed: Plan, count: int = 3) -> list[tuple
         found[f"{_options_named(report, failed)}, contractions alone"] = alone
     for option in report.ranked:
         o = option.options
-        plan = plan_of(report, o)
         untiled = failed.tiles and (o.flags, o.driver) == (failed.flags, failed.driver)
         forms_failed = failed_formation <= set(o.formation_flags)  # what failed, maybe more
-        if plan != failed and plan not in found.values() and (untiled or not forms_failed):
-            found[o.describe()] = plan
+        if not (untiled or not forms_failed):
+            continue
+        f32 = all(c.precision == "f32" for c in option.kernels)  # (casts renumber low-precision ones)
+        tiled = ((f"{o.describe()}, its tiles", option_plan(report, option)),) if f32 and not untiled else ()
+        for name, plan in (*tiled, (o.describe(), plan_of(report, o))):
+            if plan != failed and plan not in found.values():
+                found[name] = plan
     return list(found.items())[:count]
 
 
