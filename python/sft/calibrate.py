@@ -117,8 +117,9 @@ def fma_program(chains: int, steps: int, n: int = FMA_ELEMENTS) -> str:
 
 def fma_peak(rounds: int, progress=None) -> float:
     """One core's FLOP/s on independent FMAs, inline on one thread: the fastest of a few chain
-    counts (too few chains wait on the FMA's latency, too many spill registers), less the inline
-    call's cost. A lower bound of the core's peak, as close as IREE's own code comes."""
+    counts (too few chains wait on the FMA's latency, too many spill registers), the inline
+    call's cost left in (~2 us of 150-300). A lower bound of the core's peak, as close as IREE's
+    own code comes."""
     target = get_target("host")
     variants = {chains: Variant(compile_module(fma_program(chains, FMA_STEPS), target), SERIAL_DRIVER)
                 for chains in FMA_CHAINS}
