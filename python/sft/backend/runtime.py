@@ -140,10 +140,13 @@ class Loaded:
         without a copy through the host)."""
         try:
             args = self._list(len(arrays))
-            for array in arrays:  # a host array is copied in; a device array passed as it is
-                args.push_ref(self._allocate_copy(self._memory_type, self._usage, self._device, array,
-                                                  _element_type(array.dtype))
-                              if isinstance(array, np.ndarray) else array._buffer_view)
+            for array in arrays:
+                view = getattr(array, "_buffer_view", None)  # a device array: passed as it is
+                if view is None:  # host values (an array, a numpy scalar): copied in
+                    array = np.asarray(array)
+                    view = self._allocate_copy(self._memory_type, self._usage, self._device, array,
+                                               _element_type(array.dtype))
+                args.push_ref(view)
             results = self._list(1)
             if LOW_PRIORITY_INVOKER and self.driver == "local-task":
                 _invoke(self._vm_invoke, (self._fn, args, results))
