@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from sft import calibrate as cal
+from sft import kernel_fit as fit
 from sft.cost.hardware import CpuModelParams, TargetDesc
 from sft.cost.host import AVX2, AVX512
 from sft.cost.model import predict
@@ -28,14 +29,14 @@ def _desc(isa) -> TargetDesc:
                       serial_invoke_overhead=2e-6, serial_dispatch_overhead=0.2e-6, cpu=cpu)
 
 
-def _synthetic_samples(desc: TargetDesc, isa, count: int = cal.FIT_CANDIDATES) -> list:
+def _synthetic_samples(desc: TargetDesc, isa, count: int = fit.FIT_CANDIDATES) -> list:
     """The fit's own sample of each fit kernel, timed by the model under `desc`."""
     samples = []
-    for kernel in cal.FIT_KERNELS:
+    for kernel in fit.FIT_KERNELS:
         space = tile_space(kernel, isa=isa)
-        rows = space.candidates[cal.sample_indices(len(space), count)[1:]]
-        seconds = predict(kernel, rows, desc, 1) + cal.call_seconds(desc)
-        samples.append(cal.FitSample(kernel, rows, seconds))
+        rows = space.candidates[fit.sample_indices(len(space), count)[1:]]
+        seconds = predict(kernel, rows, desc, 1) + fit.call_seconds(desc)
+        samples.append(fit.FitSample(kernel, rows, seconds))
     return samples
 
 
@@ -47,7 +48,7 @@ def test_the_fit_recovers_parameters_the_times_were_made_with(isa):
                                     start.cpu, fma_latency=5.0, step_cycles=6.0, spill_ops=4.0,
                                     partial_tile_ops=2.0, issue_overlap=0.3))
     samples = _synthetic_samples(truth, isa, count=40)
-    result = cal.fit_kernel_model(samples, start, prior_weight=0.0)
+    result = fit.fit_kernel_model(samples, start, prior_weight=0.0)
     assert result.rms_log_error_before > 0.1
     assert result.rms_log_error < 0.01        # the times are the model's: it reproduces them
     assert result.pairwise > 0.99
@@ -59,7 +60,7 @@ def test_the_fit_recovers_parameters_the_times_were_made_with(isa):
     assert (fitted.cpu.fma_per_cycle, fitted.cpu.loads_per_cycle) == (start.cpu.fma_per_cycle,
                                                                       start.cpu.loads_per_cycle)
     # The calibration's own fit, pulled toward the defaults, still reproduces the times closely.
-    pulled = cal.fit_kernel_model(samples, start)
+    pulled = fit.fit_kernel_model(samples, start)
     assert pulled.rms_log_error < 0.05 and pulled.pairwise > 0.98
 
 
@@ -70,10 +71,10 @@ def test_the_fit_kernels_are_not_the_suites():
              (64, 512, 128), (64, 128, 512), (64, 384, 128), (512, 64, 64), (8, 256, 256, 16),
              (8, 256, 16, 256), (128, 768, 256), (16, 64, 64, 32), (16, 64, 32, 64),
              (128, 256, 256), (128, 1024, 256)}
-    assert not suite & {k.domain for k in cal.FIT_KERNELS}
-    assert any(k.b_transposed for k in cal.FIT_KERNELS) and not all(k.b_transposed for k in cal.FIT_KERNELS)
-    assert cal.sample_indices(500) == cal.sample_indices(500)  # fixed and seeded
-    assert cal.sample_indices(500)[0] == 0 and len(cal.sample_indices(500)) == cal.FIT_CANDIDATES
+    assert not suite & {k.domain for k in fit.FIT_KERNELS}
+    assert any(k.b_transposed for k in fit.FIT_KERNELS) and not all(k.b_transposed for k in fit.FIT_KERNELS)
+    assert fit.sample_indices(500) == fit.sample_indices(500)  # fixed and seeded
+    assert fit.sample_indices(500)[0] == 0 and len(fit.sample_indices(500)) == fit.FIT_CANDIDATES
 
 
 @pytest.fixture
@@ -136,7 +137,7 @@ def test_an_older_calibration_file_is_ignored_with_a_warning(cache):
 
 
 def test_avx2_and_avx512_give_different_structure_spaces_and_predictions():
-    kernel = cal.FIT_KERNELS[0]  # B contiguous along k: the transpose depends on the ISA
+    kernel = fit.FIT_KERNELS[0]  # B contiguous along k: the transpose depends on the ISA
     d512, d2 = _desc(AVX512), _desc(AVX2)
     assert d512.cpu.shuffle_fma_share == 1.0 and d2.cpu.shuffle_fma_share == 0.0
     assert d512.simd_f32 == 2 * d2.simd_f32 and d512.vector_registers == 2 * d2.vector_registers

@@ -73,7 +73,7 @@ def test_every_spirv_config_of_a_small_kernel_compiles_and_is_right(shape):
     """Every candidate lavapipe's space offers (MatmulPromoteVectorize tiles, depths) imposed
     on the kernel compiles and runs right; on these shapes the rule `wg_n / sub_n >= 2` (IREE
     refuses a thread holding every column) is what keeps the space legal."""
-    from sft.calibrate import PLAIN
+    from sft.kernel_fit import PLAIN
     from sft.measure import kernel_program
     from sft.plan import Plan
     from sft.space.kernels import Kernel, contraction_kernels

@@ -150,7 +150,7 @@ def quality(models: list[str], kernels: int, candidates: int, rounds: int, seed:
     from ..api import linalg_of
     from ..program import to_sft
     from ..search.strategy import iree_view
-    from ..calibrate import FIT_KERNELS
+    from ..kernel_fit import FIT_KERNELS
     from ..measure import measure_candidates
     from ..search.exhaustive import as_compiled
     from ..space.options import ModuleOptions

@@ -11,7 +11,8 @@ import time
 
 from tqdm import tqdm
 
-from ..calibrate import FIT_ROUNDS, calibrate, calibration_runs
+from ..calibrate import calibrate, calibration_runs
+from ..kernel_fit import FIT_ROUNDS
 from ..targets.host import calibration_file
 from .opt import run_tool
 
