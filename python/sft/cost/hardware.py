@@ -96,7 +96,7 @@ class TargetDesc:
     # CPU: one core's FLOP rate on independent FMAs as `sft-calibrate` measured it (0: not
     # measured). The limit rooflines are drawn against; `peak_flops_f32` is the kernel model's
     # fitted scale, which need not be a rate the core reaches (a 2-core Zen 4 VM: fitted 285
-    # GFLOP/s, where its double-pumped AVX-512 issues 32 FLOP a cycle and measured 113).
+    # GFLOP/s, where its double-pumped AVX-512 issues 32 FLOP a cycle and measured 116).
     fma_peak_f32: float = 0.0
     # Contraction speed relative to IREE's default codegen under backend options (measured by
     # `sft-calibrate` on the host; 1.0 where unknown).
