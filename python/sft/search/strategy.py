@@ -336,10 +336,10 @@ def _fallbacks(report: SearchReport, failed: Plan, count: int = 4) -> list[tuple
         o = option.options
         untiled = failed.tiles and (o.flags, o.driver) == (failed.flags, failed.driver)
         forms_failed = failed_formation <= set(o.formation_flags)  # what failed, maybe more
-        if not (untiled or not forms_failed):
+        if forms_failed and not untiled:
             continue
         f32 = all(c.precision == "f32" for c in option.kernels)  # (casts renumber low-precision ones)
-        tiled = ((f"{o.describe()}, its tiles", option_plan(report, option)),) if f32 and not untiled else ()
+        tiled = () if untiled or not f32 else ((f"{o.describe()}, its tiles", option_plan(report, option)),)
         for name, plan in (*tiled, (o.describe(), plan_of(report, o))):
             if plan != failed and plan not in found.values():
                 found[name] = plan
