@@ -33,7 +33,7 @@ _TYPES = {2: "f16", 4: "f32", 8: "f64"}
 MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary about that much)
 CONFIRM_SPREAD = 1.5  # verify times again, in a second process, candidates within this of the best
 CONFIRM_COUNT = 3     # at most this many of them
-SEARCH_REVISION = 26  # bump when the space or the cost model changes what a search would pick
+SEARCH_REVISION = 27  # bump when the space or the cost model changes what a search would pick
 
 
 def kernel_program(kernel: Kernel, config: KernelConfig | None) -> str:

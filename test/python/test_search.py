@@ -15,7 +15,7 @@ from sft.models import SUITE
 from sft.backend.profile import Dispatch, Profile
 from sft.search import search_program
 from sft.space.kernels import Kernel
-from sft.space.options import ModuleOptions, cpu_option_space
+from sft.space.options import REASSOCIATE, ModuleOptions, cpu_option_space
 from sft.targets import get_target
 from sft.cost.host import host_isa
 from sft.space.tiles import legal, tile_space
@@ -118,11 +118,29 @@ def test_search_weighs_driver_overheads_against_parallelism():
 
 
 def test_option_space_keeps_the_default_first():
-    assert cpu_option_space()[0] == ModuleOptions()
+    # IREE's default partition, layout and driver first; every CPU set reassociates reductions
+    assert cpu_option_space()[0] == ModuleOptions(reassociate=True) and cpu_option_space()[0].is_default
+    assert all(REASSOCIATE in o.flags for o in cpu_option_space())
     assert get_target("cuda:sm_80").options == (ModuleOptions(),)
     assert ModuleOptions(data_tiling=True).flags and not ModuleOptions(data_tiling=True).keeps_tiles
     assert ModuleOptions(serial=True).driver == "local-sync"
     assert "--iree-global-opt-use-im2col-for-convs" in ModuleOptions(im2col=True).formation_flags
+
+
+def test_searched_plans_reassociate_reductions_and_keep_numerics():
+    # Batch norm's per-channel statistics: sums across the batch and the pixels, which IREE's
+    # CPU code adds one term at a time unless told it may reorder them. Every searched plan on
+    # a CPU tells it (whatever the trust gate keeps); IREE's default plan does not.
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)).train()
+    x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(0)) * 3 + 1
+    expected = model(x).detach().numpy()
+    none = sft.compile(model, (x,), search="none")
+    searched = sft.compile(model, (x,), search="model")
+    assert REASSOCIATE not in none.plan.flags and REASSOCIATE in searched.plan.flags
+    for compiled in (none, searched):
+        got = compiled(x).numpy()
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_model_and_verify_search_keep_numerics():

@@ -293,7 +293,7 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
         count = profile.split_count if split else profile.dispatch_count
         total = kernel_time + rest + overheads(o, count, desc)
         report.ranked.append(OptionChoice(o, total, tuple(choices)))
-        if o == ModuleOptions():  # what the trust gate holds every pick against
+        if o.is_default:  # what the trust gate holds every pick against
             report.default_predicted = (sum(c.default_prediction() for c in by_cores[cores])
                                         + rest + overheads(o, count, desc))
     report.ranked.sort(key=lambda o: o.predicted)

@@ -174,7 +174,7 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     best, plan = min(plans, key=score)
     if score((best, plan)) >= report.default_predicted and plan != Plan():
         report.chosen = _distrusted(report, best, plan, target)
-        return Plan(im2col=convs), report
+        return Plan(im2col=convs, flags=options[0].flags), report
     # every decision in words (low precision is never silent: the numbers change)
     words = [best.options.describe(), *plan.describe()]
     if not target.model_times:
@@ -301,7 +301,9 @@ def compile_program(program: Program, module, target: Target, plan: Plan | None 
         # A searched (or replayed) plan that does not apply or that IREE refuses (aggressive
         # fusion can exceed IREE's stack limit on a training step) is discarded, never fatal:
         # the next option sets the model ranked (`_fallbacks`), then IREE's own choice.
-        for name, fallback in [*_fallbacks(report, plan), ("iree-default", Plan())]:
+        # last, IREE's default as the search would take it (reductions reassociated), then bare
+        defaults = dict.fromkeys([Plan(flags=target.options[0].flags), Plan()])
+        for name, fallback in [*_fallbacks(report, plan), *(("iree-default", p) for p in defaults)]:
             try:
                 lowered, planned, artifact = _lower_and_compile(program.module(), fallback, target,
                                                                 seconds, program)

@@ -27,7 +27,6 @@ from ..search.candidates import plan_of, program_candidates
 from ..search.exhaustive import rank_tiles
 from ..search.strategy import compile_program, search_plan
 from ..space.kernels import Kernel
-from ..space.options import ModuleOptions
 from ..values import NP_TYPES, to_numpy
 
 TOP_K = 3  # as sft's verify: configs per kernel
@@ -116,7 +115,7 @@ def default_prediction(report):
     """Predicted seconds of IREE's default plan: the default option set with every kernel at
     its default config (the search's own ranking holds the default options with the model's
     tiles). None where the search ranked no default option set."""
-    o = next((o for o in report.ranked if o.options == ModuleOptions()), None)
+    o = next((o for o in report.ranked if o.options.is_default), None)
     return None if o is None else _with_picks(o, [c.default_prediction() for c in o.kernels])
 
 
