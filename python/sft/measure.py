@@ -26,6 +26,7 @@ from .plan import Plan
 from .search.candidates import TOP_OPTIONS, contractions_alone, program_candidates
 from .search.exhaustive import KernelChoice, SearchReport
 from .space.kernels import Kernel
+from .space.options import REASSOCIATE
 from .targets import Target
 from .tuning_db import TuningDB
 
@@ -237,13 +238,21 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
             report.measured[f"program {name} (second process)"] = second
             ok[name] = None if second is None else (ok[name] + second) / 2
         ok = {k: v for k, v in ok.items() if v is not None}
-    best = _significant_best(ok, "iree-default")
-    # Among plans as fast as the best (within noise) on its driver, the one that asks least of
-    # IREE: options that change nothing in a program should not look like choices.
-    peers = [n for n, t in ok.items() if t <= ok[best] * (1.0 + MARGIN) and plans[n].driver == plans[best].driver]
-    best = min(peers, key=lambda n: (len(plans[n].flags), len(plans[n].tiles), n != best))
+    best = least_asking(ok, plans, _significant_best(ok, "iree-default"))
     report.chosen = best
     return plans[best]
+
+
+def least_asking(seconds: dict, plans: dict, best: str) -> str:
+    """Among the plans measured (`seconds`) as fast as `best` within noise on its driver, the
+    one that asks least of IREE: options that change nothing in a program should not look like
+    choices. Letting IREE reassociate reductions is no choice (never slower where measured): of
+    two plans asking as much, the one with it."""
+    peers = [n for n, t in seconds.items()
+             if t <= seconds[best] * (1.0 + MARGIN) and plans[n].driver == plans[best].driver]
+    asks = lambda n: (len(set(plans[n].flags) - {REASSOCIATE}), len(plans[n].tiles),  # noqa: E731
+                      REASSOCIATE not in plans[n].flags, n != best)
+    return min(peers, key=asks)
 
 
 def non_finite_candidates(finite: dict, default: str = "iree-default") -> set:

@@ -143,6 +143,21 @@ def test_searched_plans_reassociate_reductions_and_keep_numerics():
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
+def test_verify_takes_the_least_asking_plan_within_noise_reassociated_if_any():
+    from sft.measure import least_asking
+
+    reassociated = cpu_option_space()[0].flags
+    plans = {"iree-default": sft.Plan(), "parallel": sft.Plan(flags=reassociated),
+             "fused": sft.Plan(flags=ModuleOptions(fusion=True, reassociate=True).flags),
+             "local-sync": sft.Plan(flags=reassociated, driver="local-sync")}
+    within = {"iree-default": 1.00, "parallel": 1.01, "fused": 0.99, "local-sync": 0.90}
+    # the fastest on the parallel driver is the fused plan; the reassociated default asks no more
+    assert least_asking({k: v for k, v in within.items() if k != "local-sync"}, plans, "fused") == "parallel"
+    assert least_asking(within, plans, "local-sync") == "local-sync"  # alone on its driver
+    beyond = {"iree-default": 1.00, "parallel": 1.10, "fused": 0.90}
+    assert least_asking(beyond, plans, "fused") == "fused"  # a gain past the noise is taken
+
+
 def test_model_and_verify_search_keep_numerics():
     case = SUITE["linear"]
     model, inputs = case.build(), case.inputs()
