@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+
+import numpy as np
 from dataclasses import dataclass
 
 from .backend import compile_module
 from .backend.bench import Variant, benchmark
-from .backend.timing import loaded_call, time_variants
+from .backend.timing import loaded_call, time_together, time_variants
 from .errors import SftError
 from .decisions import KernelConfig, canonical
 from .plan import Plan
@@ -32,8 +34,7 @@ from .tuning_db import TuningDB
 
 _TYPES = {2: "f16", 4: "f32", 8: "f64"}
 MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary about that much)
-CONFIRM_SPREAD = 1.5  # verify times again, in a second process, candidates within this of the best
-CONFIRM_COUNT = 3     # at most this many of them
+TOGETHER_BYTES = 1 << 30  # verify's candidates share their timing processes up to this much input
 SEARCH_REVISION = 27  # bump when the space or the cost model changes what a search would pick
 
 
@@ -156,8 +157,8 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            storage: tuple = (), farm=None) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles;
     the best of each driver, fusion and convolution strategy among them; a packed one IREE cannot
-    compile with its contractions alone) and IREE's default, the near winners timed in two
-    processes.
+    compile with its contractions alone) and IREE's default, all timed side by side in each of
+    two processes.
     `lower_plan(plan)` gives the program text a plan compiles from. Programs are timed on
     `inputs` as the compiled object calls them: those at `resident` (the model's state, donated
     inputs) uploaded once, the results at `keep` (a training step's new state) left there, and
@@ -205,17 +206,20 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
             report.measured[f"program {name}"] = None
         else:
             variants[name], plans[name] = Variant(result, candidates[name].driver), candidates[name]
-    # Programs are timed the way they are used, called from Python through iree.runtime, each
-    # in a process of its own: which driver wins depends on the caller's thread too.
+    # Programs are timed the way they are used, called from Python through iree.runtime, all
+    # of them in each of two processes (`time_together`): one process's luck with IREE's
+    # parallel executor (up to 1.55x for its whole life on a 2-core VM) is shared by what runs
+    # in it, and had decided picks when each candidate had a process of its own. Where the
+    # candidates' inputs would not fit many times over in one process, each gets its own.
     builders = {name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident, storage))
                 for name, v in variants.items()}
-
-    def timed_in(names):
-        chosen = {n: builders[n] for n in names}
-        return (time_variants(chosen, rounds, calls=20) if farm is None
-                else farm.time_variants(target, chosen, rounds, calls=20))
-
-    timings = timed_in(builders)
+    together = sum(np.asarray(a).nbytes for a in inputs) * len(builders) <= TOGETHER_BYTES
+    if farm is not None:
+        timings = farm.time_variants(target, builders, rounds, calls=20, together=together)
+    elif together:
+        timings = time_together(builders, rounds, calls=20)
+    else:
+        timings = time_variants(builders, rounds, calls=20)
     if progress:
         progress(len(variants) * rounds)
     dropped = non_finite_candidates({k: t.finite for k, t in timings.items()})
@@ -224,20 +228,6 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     ok = {k: v for k, v in timed.items() if v is not None}
     if not ok:
         raise SftError("verify: no candidate plan, not even IREE's default, could be timed")
-    # One process can be 20-75% slower or faster than the next for the same module on IREE's
-    # parallel executor (a 2-core Zen 4 VM, docs/results.md): the candidates that one process's
-    # luck could have put first are timed again, each in a second process, and ranked by the
-    # mean of their two processes' medians.
-    finalists = _finalists(ok)
-    if len(finalists) > 1:
-        again = timed_in(finalists)
-        if progress:
-            progress(len(finalists) * rounds)
-        for name in finalists:
-            second = again[name].seconds
-            report.measured[f"program {name} (second process)"] = second
-            ok[name] = None if second is None else (ok[name] + second) / 2
-        ok = {k: v for k, v in ok.items() if v is not None}
     best = least_asking(ok, plans, _significant_best(ok, "iree-default"))
     report.chosen = best
     return plans[best]
@@ -263,14 +253,6 @@ def non_finite_candidates(finite: dict, default: str = "iree-default") -> set:
     if finite.get(default) is not True:
         return set()
     return {name for name, ok in finite.items() if ok is False}
-
-
-def _finalists(seconds: dict) -> list:
-    """The candidates within `CONFIRM_SPREAD` of the fastest, fastest first, at most
-    `CONFIRM_COUNT`: those verify times again in a second process."""
-    fastest = min(seconds.values())
-    return sorted((n for n, t in seconds.items() if t <= fastest * CONFIRM_SPREAD),
-                  key=seconds.get)[:CONFIRM_COUNT]
 
 
 def _significant_best(seconds: dict, default, margin: float = MARGIN):

@@ -15,7 +15,7 @@ import pytest
 
 from sft.backend import iree
 from sft.backend.bench import _tool
-from sft.backend.timing import time_in_processes, time_variants
+from sft.backend.timing import time_in_processes, time_together, time_variants
 from sft.errors import SftError
 from sft.measure import non_finite_candidates
 from sft.targets import get_target
@@ -126,6 +126,37 @@ def test_faults_are_recorded_failed_and_the_others_timed():
                                         timeout=timeout, settle=0.0)
     assert medians["good"] > 0 and medians["raises"] is None
     assert set(errors) == {"raises"}
+
+
+def _records_pid(path):
+    """Appends its process's id to `path` when built; each call sleeps a little."""
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return lambda: time.sleep(0.002)
+
+
+def test_time_together_hosts_every_variant_in_each_process_and_fails_only_the_culprit(tmp_path):
+    """Candidates ranked together: each process hosts all of them (so a process's luck is
+    shared), one that raises fails alone, and where one kills its process the others are timed
+    again, each in a process of its own."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    builders = {"a": (_records_pid, (str(a),)), "b": (_records_pid, (str(b),)),
+                "nan": (_nan, ()), "raises": (_raises, ())}
+    start = time.monotonic()
+    results = time_together(builders, rounds=2, calls=2, processes=2, timeout=120.0, settle=0.0)
+    assert time.monotonic() - start < SLACK
+    pids = set(a.read_text().split())
+    assert len(pids) == 2 and pids == set(b.read_text().split())  # both variants in both
+    assert results["a"].seconds >= 0.002 and results["b"].seconds >= 0.002
+    assert results["nan"].finite is False and results["nan"].seconds > 0
+    assert results["raises"].seconds is None and "builder exploded" in results["raises"].error
+    crashed = time_together({"a": (_records_pid, (str(a),)), "segfaults": (_segfaults, ()),
+                             "good": (_good, ())}, rounds=2, calls=1, timeout=120.0, settle=0.0)
+    assert crashed["a"].seconds >= 0.002 and crashed["good"].seconds > 0
+    assert crashed["segfaults"].seconds is None and "SIGSEGV" in crashed["segfaults"].error
+    # built in the first shared process (before the crasher), not in the second (which loads in
+    # reverse order and died first), then in a process of its own
+    assert len(set(a.read_text().split())) == 2 + 1 + 1
 
 
 @pytest.mark.parametrize("where", ["building", "round two"])

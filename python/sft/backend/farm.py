@@ -43,7 +43,7 @@ from functools import partial
 from ..errors import SftError
 from .bench import benchmark
 from .iree import compile_module, compile_timeout, run_timeout
-from .timing import Timing, time_variants
+from .timing import Timing, time_together, time_variants
 
 FARM_ENV = "SFT_RAY_ADDRESS"
 THREADS_ENV = "OMP_NUM_THREADS"
@@ -191,13 +191,16 @@ class Farm:
         results = self._run("compile", jobs, nodes, submit, compile_timeout() + self.grace)
         return {name: SftError(r) if isinstance(r, str) else r for name, r in results.items()}
 
-    def time_variants(self, target, builders: dict, rounds: int, calls: int) -> dict:
-        """`timing.time_variants(builders, rounds, calls)` on one node of the target's timing
-        identity; every variant failed (its error: the farm's) where its workers failed twice."""
+    def time_variants(self, target, builders: dict, rounds: int, calls: int,
+                      together: bool = False) -> dict:
+        """`timing.time_variants(builders, rounds, calls)` (`time_together` where `together`)
+        on one node of the target's timing identity; every variant failed (its error: the
+        farm's) where its workers failed twice."""
         if not builders:
             return {}
-        bound = (rounds + 2) * len(builders) * (run_timeout() + 0.2)
-        found = self._call(target, time_variants, (builders, rounds, calls), bound)
+        bound = (rounds + 2) * len(builders) * (run_timeout() + 0.2) * (3 if together else 1)
+        found = self._call(target, time_together if together else time_variants,
+                           (builders, rounds, calls), bound)
         if isinstance(found, SftError):
             return {name: Timing(error=found.message) for name in builders}
         return found

@@ -1,8 +1,11 @@
-"""Timing Python callables side by side: each in a process of its own, taking turns.
+"""Timing Python callables side by side, taking turns: each in a process of its own
+(`time_variants`), or all of them in each of a few processes (`time_together`).
 
 A process per variant keeps variants from sharing thread pools, allocator state or load order
-(in one process, the first module loaded ran ~20% slower than an identical second copy); taking
-turns round after round makes all variants see the same machine load; medians over rounds.
+(a benchmark's frameworks and compilers); taking turns round after round makes all variants see
+the same machine load; medians over rounds. Candidates of one compiler are ranked together in
+each process instead: a process's luck with IREE's executor (up to 1.55x for its whole life on a
+2-core VM) is shared by everything in it.
 
 The processes are `python -m sft.backend.worker` (its protocol is in that module), not
 multiprocessing children: a spawned multiprocessing child imports the caller's `__main__`, and a
@@ -180,49 +183,104 @@ def time_variants(builders: dict, rounds: int, calls: int, timeout: float | None
     turns the machine gets `settle` seconds, so that threads still spinning after one variant's
     turn (OpenMP's spin-wait, IREE's workers) do not steal from the next. A builder defined in
     `__main__`, or not at module level, is refused with SftError before anything starts."""
+    return _timed(builders, [[name] for name in builders], rounds, calls, timeout, settle)[0]
+
+
+def time_together(builders: dict, rounds: int, calls: int, processes: int = 2,
+                  timeout: float | None = None, settle: float = 0.05) -> dict:
+    """Time every `name -> (build, args)` in each of `processes` worker processes, the variants
+    taking turns within each (each round starting one later; every other process loads them in
+    reverse order); seconds: the mean over the processes of each one's median. Returns name ->
+    `Timing`, as `time_variants` does.
+
+    For ranking candidates: on a 2-core Zen 4 VM one process ran IREE's parallel executor 1.55x
+    slower than the next for its whole life (mlp_b128's step: 2.9-3.0 ms in four processes,
+    4.5-4.6 in two), while two modules in one process kept their ratio within 4% in every one
+    (the same module loaded twice: 0.985-1.039). A process's luck is shared by what runs in it,
+    so candidates compared inside one are compared fairly. A variant that raises fails alone;
+    the variants of a process that dies or hangs (a crash of any of them) are timed again, each
+    in a process of its own (`time_variants`)."""
+    names = list(builders)
+    groups = [names if p % 2 == 0 else names[::-1] for p in range(processes)]
+    results, lost = _timed(builders, groups, rounds, calls, timeout, settle)
+    if lost:
+        results.update(time_variants({n: builders[n] for n in names if n in lost}, rounds, calls, timeout))
+    return results
+
+
+def _timed(builders: dict, groups: list, rounds: int, calls: int, timeout: float | None,
+           settle: float) -> tuple[dict, set]:
+    """Time `builders` in one worker process per group (a list of names each hosts, in load
+    order), taking turns round after round: (name -> Timing, the names of the workers that died
+    or hung). A variant's seconds: the mean over its workers of each one's median."""
     timeout = run_timeout() if timeout is None else timeout
     for name, (build, _) in builders.items():
         _check_builder(name, build)
     results = {name: Timing() for name in builders}
-    samples: dict = {name: [] for name in builders}
+    samples: dict = {(w, name): [] for w, group in enumerate(groups) for name in group}
     workers: dict = {}
+    lost: set = set()
 
     def fail(name, error: str) -> None:
-        results[name].error = error
-        workers.pop(name).kill()
+        if results[name].error is None:
+            results[name].error = error
+
+    def died(w, error: str) -> None:
+        for name in groups[w]:
+            fail(name, error)
+        lost.update(groups[w])
+        workers.pop(w).kill()
 
     with tempfile.TemporaryDirectory(prefix="sft-timing-") as tmp:
         env = _worker_env()
         try:
             # Requests are files: module bytes and input arrays never go through a pipe that
             # a dead reader would leave the parent blocked on.
-            for i, (name, (build, args)) in enumerate(builders.items()):
-                request = Path(tmp, f"request{i}.pkl")
+            for w, group in enumerate(groups):
+                request = Path(tmp, f"request{w}.pkl")
+                with open(request, "wb") as f:
+                    pickle.dump(list(sys.path), f)
+                    pickle.dump({"calls": calls, "count": len(group)}, f)
+                    for name in group:
+                        build, args = builders[name]
+                        try:
+                            pickle.dump((build, tuple(args)), f, protocol=pickle.HIGHEST_PROTOCOL)
+                        except (pickle.PicklingError, TypeError, AttributeError) as e:
+                            raise SftError(f"timing variant {name!r}: its builder or arguments "
+                                           f"cannot be sent to a worker: {e}") from None
                 try:
-                    with open(request, "wb") as f:
-                        pickle.dump(list(sys.path), f)
-                        pickle.dump({"build": build, "args": tuple(args), "calls": calls}, f,
-                                    protocol=pickle.HIGHEST_PROTOCOL)
-                except (pickle.PicklingError, TypeError, AttributeError) as e:
-                    raise SftError(f"timing variant {name!r}: its builder or arguments cannot be "
-                                   f"sent to a worker: {e}") from None
-                try:
-                    workers[name] = _Worker(request, Path(tmp, f"worker{i}.log"), env)
+                    workers[w] = _Worker(request, Path(tmp, f"worker{w}.log"), env)
                 except OSError as e:
-                    results[name].error = f"the worker could not be started: {e}"
-            for name in list(workers):
+                    for name in group:
+                        fail(name, f"the worker could not be started: {e}")
+            for w in list(workers):
                 try:
-                    results[name].finite = workers[name].answer(timeout).get("finite")
+                    ready = workers[w].answer(timeout)
                 except _Fault as e:
-                    fail(name, str(e))
-            for _ in range(rounds):
-                for name in list(workers):
-                    time.sleep(settle)
-                    try:
-                        workers[name].send("go")
-                        samples[name].append(float(workers[name].answer(timeout)["time"]))
-                    except (_Fault, KeyError, TypeError, ValueError) as e:
-                        fail(name, str(e) if isinstance(e, _Fault) else f"bad answer: {e!r}")
+                    died(w, str(e))
+                    continue
+                for i, name in enumerate(groups[w]):
+                    if str(i) in ready.get("failed", {}):
+                        fail(name, ready["failed"][str(i)])
+                    ok = (ready.get("finite") or [None] * len(groups[w]))[i]
+                    before = results[name].finite
+                    results[name].finite = ok if before is None else before and ok is not False
+            for r in range(rounds):
+                for w in list(workers):
+                    group = groups[w]
+                    turn = [*range(r % len(group), len(group)), *range(r % len(group))]
+                    for i in (i for i in turn if results[group[i]].error is None):
+                        time.sleep(settle)
+                        try:
+                            workers[w].send(f"go {i}")
+                            answer = workers[w].answer(timeout)
+                            if "failed" in answer:
+                                fail(group[i], str(answer["failed"]))
+                            else:
+                                samples[(w, group[i])].append(float(answer["time"]))
+                        except (_Fault, KeyError, TypeError, ValueError) as e:
+                            died(w, str(e) if isinstance(e, _Fault) else f"bad answer: {e!r}")
+                            break
             for worker in workers.values():
                 worker.stop(grace=min(timeout, 10.0))
             workers.clear()
@@ -230,9 +288,11 @@ def time_variants(builders: dict, rounds: int, calls: int, timeout: float | None
             for worker in workers.values():
                 worker.kill()
     for name, result in results.items():
-        if result.error is None and samples[name]:
-            result.seconds = statistics.median(samples[name])
-    return results
+        medians = [statistics.median(samples[(w, name)]) for w, group in enumerate(groups)
+                   if name in group and samples[(w, name)]]
+        if result.error is None and medians:
+            result.seconds = statistics.mean(medians)
+    return results, lost
 
 
 def time_in_processes(builders: dict, rounds: int, calls: int, timeout: float | None = None,

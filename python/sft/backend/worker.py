@@ -1,27 +1,33 @@
-"""A timing worker: `python -m sft.backend.worker REQUEST` builds one callable and times it when
-asked. `timing.py` starts one per variant and is the only client.
+"""A timing worker: `python -m sft.backend.worker REQUEST` builds callables and times them when
+asked. `timing.py` is the only client: it starts one per variant (`time_variants`), or a few that
+each host every variant (`time_together`).
 
 It is a module run with `-m`, never a multiprocessing child, so that it never imports the
 caller's `__main__`: a user script that compiles at top level (no `if __name__ == "__main__":`)
 would otherwise run again inside every worker.
 
-Protocol. REQUEST is a pickle file of a dict: `path` (the parent's sys.path, so that the builder's
-module imports as it did there), `build` and `args` (the worker calls `build(*args)` and times
-what it returns), `calls` (calls per round). The worker answers on its stdout, one JSON object
-a line:
+Protocol. REQUEST is a file of pickles: the parent's sys.path (so that the builders' modules
+import as they did there), a dict of `calls` (calls per round) and `count`, then `count`
+variants, each (build, args): the worker calls `build(*args)` for each, in order, and times
+what it returns. The
+worker answers on its stdout, one JSON object a line:
 
-    {"ready": true, "finite": true | false | null}   built and called once (warm-up); finite:
-                                                     whether every output was finite (null:
-                                                     the callable returns no arrays)
-    {"error": "traceback text"}                      the build or a call raised; the worker exits
-    {"time": seconds_per_call}                       one round of `calls` calls, after each "go"
-                                                     (and after calls/5 untimed ones: the
-                                                     first calls after the pause between
-                                                     turns run cold, 1.5-2x slower for a
-                                                     1.5 ms training step)
+    {"ready": true, "finite": [...], "failed": {}}   built each and called it once (warm-up);
+                                                     finite: per variant whether every output
+                                                     was finite (null: no arrays, or failed);
+                                                     failed: index -> traceback of a build or
+                                                     warm-up that raised
+    {"time": seconds_per_call}                       one round of `calls` calls of variant K,
+                                                     after each "go K" (and after calls/5
+                                                     untimed ones: the first calls after the
+                                                     pause between turns run cold, 1.5-2x
+                                                     slower for a 1.5 ms training step)
+    {"failed": "traceback text"}                     variant K raised (in this round or before)
+    {"error": "text"}                                the request could not be read; it exits
 
-It reads line commands on stdin: "go" runs a round; "stop", or the end of stdin (the parent is
-gone), ends it. Anything the builder prints goes to stderr, so it cannot garble the answers.
+It reads line commands on stdin: "go K" runs a round of variant K; "stop", or the end of stdin
+(the parent is gone), ends it. Anything the builders print goes to stderr, so it cannot garble
+the answers.
 """
 
 from __future__ import annotations
@@ -63,26 +69,40 @@ def _serve(request_path: str, answer) -> None:
     try:
         with open(request_path, "rb") as f:
             request = _load(f)
-        fn = request["build"](*request["args"])
-        ok = finite(fn())  # warm up (and trigger any lazy compilation)
-    except BaseException:  # reported to the parent, which records the variant as failed
+        variants, calls = list(request["variants"]), int(request["calls"])
+    except BaseException:  # reported to the parent, which records every variant as failed
         answer({"error": traceback.format_exc(limit=3)})
         return
-    answer({"ready": True, "finite": ok})
-    calls = int(request["calls"])
+    fns, failed, oks = [], {}, []
+    for i, (build, args) in enumerate(variants):
+        fn, ok = None, None
+        try:
+            fn = build(*args)
+            ok = finite(fn())  # warm up (and trigger any lazy compilation)
+        except BaseException:  # that variant fails; the others go on
+            failed[i] = traceback.format_exc(limit=3)
+        fns.append(fn)
+        oks.append(ok)
+    answer({"ready": True, "finite": oks, "failed": failed})
     for line in sys.stdin:
-        if line.strip() != "go":
+        words = line.split()
+        if len(words) != 2 or words[0] != "go":
             return
+        i = int(words[1])
+        if i in failed:
+            answer({"failed": failed[i]})
+            continue
         try:
             for _ in range(calls // 5):
-                fn()
+                fns[i]()
             start = time.perf_counter()
             for _ in range(calls):
-                fn()
+                fns[i]()
             seconds = (time.perf_counter() - start) / calls
         except BaseException:
-            answer({"error": traceback.format_exc(limit=3)})
-            return
+            failed[i] = traceback.format_exc(limit=3)
+            answer({"failed": failed[i]})
+            continue
         answer({"time": seconds})
 
 
@@ -91,7 +111,8 @@ def _load(stream) -> dict:
     place before the rest is unpickled (which imports the builder's module)."""
     path = pickle.load(stream)
     sys.path[:] = list(path) + [p for p in sys.path if p not in path]
-    return pickle.load(stream)
+    request = pickle.load(stream)
+    return {**request, "variants": [pickle.load(stream) for _ in range(request["count"])]}
 
 
 def main(argv: list[str]) -> int:
