@@ -158,6 +158,20 @@ def test_verify_takes_the_least_asking_plan_within_noise_reassociated_if_any():
     assert least_asking(beyond, plans, "fused") == "fused"  # a gain past the noise is taken
 
 
+def test_verify_times_the_graph_rewrites_predicted_close_to_the_pick():
+    from sft.search.candidates import REWRITE_SPREAD, program_candidates
+    from sft.search.exhaustive import OptionChoice, SearchReport
+
+    best = cpu_option_space()[0]
+    report = SearchReport(ranked=[OptionChoice(best, 1.0, ())])
+    report.rewrites = {"as written": 1.0, "oriented [3]": REWRITE_SPREAD - 0.01, "expanded [7]": 1.5}
+    report.rewrite_ops = {"as written": ((), ()), "oriented [3]": ((3,), ()), "expanded [7]": ((), (7,))}
+    found = program_candidates(report)
+    assert found[f"{best.describe()} oriented [3]"] == sft.Plan(orient=(3,), flags=best.flags)
+    assert not any("expanded" in name for name in found)  # predicted far slower
+    assert found[best.describe()] == sft.Plan(flags=best.flags)  # as written: once, by its name
+
+
 def test_model_and_verify_search_keep_numerics(monkeypatch):
     import sft.measure
 

@@ -62,6 +62,9 @@ class SearchReport:
     orient: tuple[int, ...] = ()       # contractions computed in their readers' layout
     expand: tuple[int, ...] = ()       # contractions run over their expanded batch
     rewrites: dict = field(default_factory=dict)  # each rewrite searched: its `as_formed`
+    # each rewrite searched, by name: (oriented op ids, expanded op ids); not stored (verify
+    # reads it right after the search)
+    rewrite_ops: dict = field(default_factory=dict)
     # contractions that packed (data-tiled) plans run in dispatches of their own, where IREE
     # cannot build them packed with their consumers (`strategy._take_profiles`)
     packed_alone: tuple[int, ...] = ()
@@ -95,6 +98,7 @@ class SearchReport:
         self.orient, self.expand = next(e for e, r in searched.items() if r is self)
         self.default_predicted = searched[((), ())].default_predicted  # IREE's, as written
         self.rewrites = {_rewrite_name(*e): r.as_formed for e, r in searched.items()}
+        self.rewrite_ops = {_rewrite_name(*e): e for e in searched}
         self.scored = sum(r.scored for r in searched.values())
         self.seconds = sum(r.seconds for r in searched.values())
         self.space_size_log10 = math.log10(sum(10 ** r.space_size_log10 for r in searched.values()))
