@@ -101,6 +101,18 @@ def test_search_finds_the_brute_force_optimum():
     assert report.space_size_log10 == pytest.approx(np.log10(len(choice.space)))
 
 
+def test_a_contraction_fused_with_transposed_tensors_keeps_iree_config():
+    # Its dispatch also walks a weight's update across rows: the model prices no tile of that.
+    big = Kernel(0, (512, 128, 64), ("m", "n", "k"), 4, ())
+    name = "matmul_512x128x64_f32"
+    plain = Profile((Dispatch(0, name, big.domain, 1 << 20, None),), 1)
+    fused = Profile((Dispatch(0, name, big.domain, 1 << 20, None, transposed_bytes=1 << 20),), 1)
+    searched = search_program([big], _everywhere(plain), HOST_TARGET, [ModuleOptions()], top_k=3)
+    kept = search_program([big], _everywhere(fused), HOST_TARGET, [ModuleOptions()], top_k=3)
+    assert len(searched.choices[0].ranked) > 1  # candidates beside IREE's
+    assert kept.choices[0].ranked == (0,) and kept.choices[0].best == 0
+
+
 def test_search_weighs_driver_overheads_against_parallelism():
     # One tiny dispatch: the parallel executor's wake-up dominates, so inline (serial) wins; a
     # large matmul on a target whose second core really helps goes parallel.
