@@ -159,6 +159,14 @@ def test_time_together_hosts_every_variant_in_each_process_and_fails_only_the_cu
     assert len(set(a.read_text().split())) == 2 + 1 + 1
 
 
+def test_time_in_processes_takes_each_variant_in_as_many_processes_as_asked(tmp_path):
+    a = tmp_path / "a"
+    medians, errors = time_in_processes({"a": (_records_pid, (str(a),)), "raises": (_raises, ())},
+                                        rounds=2, calls=1, timeout=120.0, settle=0.0, processes=3)
+    assert len(set(a.read_text().split())) == 3 and medians["a"] >= 0.002
+    assert medians["raises"] is None and "builder exploded" in errors["raises"]
+
+
 @pytest.mark.parametrize("where", ["building", "round two"])
 def test_a_hung_worker_is_killed_with_its_group_within_the_timeout(where, tmp_path, monkeypatch):
     monkeypatch.setenv("SFT_RUN_TIMEOUT", "4")  # read at call time: no timeout passed below

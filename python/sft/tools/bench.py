@@ -230,6 +230,9 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
     p.add_argument("--calls", type=int, default=50, help="calls per round (speed, train, dispatches)")
     p.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile (speed)")
+    p.add_argument("--processes", type=int, default=1,
+                   help="train: processes per variant, the median of theirs (a process's luck "
+                        "with IREE's executor lasts its life: 3 outvote one unlucky process)")
     p.add_argument("--kernels", type=int, default=16, help="kernels to sample (quality)")
     p.add_argument("--candidates", type=int, default=20, help="candidates per kernel (quality)")
     p.add_argument("--seed", type=int, default=0, help="candidate sampling seed (quality)")
@@ -245,6 +248,8 @@ def _main(argv: list[str] | None) -> int:
     args = p.parse_intermixed_args(argv)  # models may follow the options
     from .bench_train import TRAIN_SUITE
 
+    if args.processes < 1:
+        p.error(f"--processes must be at least 1, not {args.processes}")
     if args.programs and args.mode != "quality":
         p.error("--programs goes with quality")
     if args.store and not args.programs:
@@ -263,7 +268,7 @@ def _main(argv: list[str] | None) -> int:
     if args.mode == "train":
         from .bench_train import train
 
-        result = train(models, args.rounds, args.calls, not args.no_torch_compile)
+        result = train(models, args.rounds, args.calls, not args.no_torch_compile, args.processes)
     elif args.mode == "compile":
         from .compile_cost import run as compile_cost
 

@@ -193,9 +193,10 @@ def _matches(case: TrainCase, step, steps: int = 3) -> bool:
     return ok
 
 
-def _torch_case(name: str, rounds: int, calls: int, use_torch_compile: bool) -> dict:
+def _torch_case(name: str, rounds: int, calls: int, use_torch_compile: bool,
+                processes: int = 1) -> dict:
     """One torch case: searched here (model, verify), checked against PyTorch, then every
-    variant timed in a process of its own. Returns its row."""
+    variant timed in `processes` processes of its own. Returns its row."""
     from ..backend.timing import time_in_processes
     from ..train import compile_train_step
 
@@ -214,7 +215,7 @@ def _torch_case(name: str, rounds: int, calls: int, use_torch_compile: bool) -> 
                 "model": (_sft_step, (name, "model")), "verify": (_sft_step, (name, "verify"))}
     if use_torch_compile:
         builders["torch_compile"] = (_torch_step, (name, True))
-    times, errors = time_in_processes(builders, rounds, calls, timeout=600.0)
+    times, errors = time_in_processes(builders, rounds, calls, timeout=600.0, processes=processes)
     row.update({f"{k}_s": v for k, v in times.items()}, errors=errors)
     best = min((t for t in (times.get("eager"), times.get("torch_compile")) if t), default=None)
     row.update(ratios(times), model_over_best_torch=best / times["model"]
@@ -222,10 +223,11 @@ def _torch_case(name: str, rounds: int, calls: int, use_torch_compile: bool) -> 
     return row
 
 
-def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = True) -> dict:
+def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = True,
+          processes: int = 1) -> dict:
     """Time one training step of each model in `models` (names of TRAIN_SUITE: torch and JAX
-    cases) under every variant; prints a table and returns every number (rows and geomean
-    summary). ref is PyTorch eager for a torch row, jax.jit for a JAX row; verify/ref and
+    cases) under every variant, each in `processes` processes of its own (the median of theirs);
+    prints a table and returns every number (rows and geomean summary). ref is PyTorch eager for a torch row, jax.jit for a JAX row; verify/ref and
     model/ref are over the faster of eager and torch.compile (torch), over jax.jit (JAX)."""
     from .bench_train_jax import run_case
 
@@ -236,8 +238,8 @@ def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = 
     rows = []
     for name in models:
         jax_row = name in JAX_TRAIN_SUITE
-        row = (run_case(name, rounds, calls) if jax_row
-               else _torch_case(name, rounds, calls, use_torch_compile))
+        row = (run_case(name, rounds, calls, processes) if jax_row
+               else _torch_case(name, rounds, calls, use_torch_compile, processes))
         rows.append(row)
         ms = lambda k: f"{row[k + '_s'] * 1e3:8.3f}" if row.get(k + "_s") else f"{'-':>8}"
         ref = ("verify_over_jax_jit", "model_over_jax_jit") if jax_row else \

@@ -279,9 +279,9 @@ def _matches(case: JaxTrainCase, compiled, steps: int = 3) -> bool:
     return ok
 
 
-def run_case(name: str, rounds: int, calls: int) -> dict:
+def run_case(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
     """One JAX case: searched here (model, verify), checked against jax.jit, then every variant
-    timed in a process of its own. Returns its row (medians in `<variant>_s`, ratios)."""
+    timed in `processes` processes of its own. Returns its row (medians in `<variant>_s`, ratios)."""
     from ..api import compile as sft_compile
     from ..backend.timing import time_in_processes
     from .bench_ratios import bound_seconds, ratios
@@ -298,7 +298,7 @@ def run_case(name: str, rounds: int, calls: int) -> dict:
         row["dispatches"] = compiled.dispatch_count
     builders = {"jax_jit": (_jax_jit_step, (name,)), "iree": (_iree_step, (name,)),
                 "model": (_sft_step, (name, "model")), "verify": (_sft_step, (name, "verify"))}
-    times, errors = time_in_processes(builders, rounds, calls, timeout=600.0)
+    times, errors = time_in_processes(builders, rounds, calls, timeout=600.0, processes=processes)
     row.update({f"{k}_s": v for k, v in times.items()}, errors=errors)
     ratio = lambda a, b: (times[b] / times[a]) if times.get(a) and times.get(b) else float("nan")
     row.update(ratios(times), verify_over_jax_jit=ratio("verify", "jax_jit"),
