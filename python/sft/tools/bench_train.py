@@ -257,7 +257,8 @@ def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = 
     for key in ("model_over_best_torch", "verify_over_jax_jit", "model_over_jax_jit"):
         summary[key] = geomean([r.get(key) for r in rows])
     print("\ngeomean: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items() if not math.isnan(v)))
-    print("columns: ms per training step (medians of interleaved rounds, one process per variant); "
+    per = "one process per variant" if processes == 1 else f"the median of {processes} processes per variant"
+    print(f"columns: ms per training step (medians of interleaved rounds, {per}); "
           "ref: PyTorch eager (torch rows) or jax.jit (jax_ rows); verify/ref, model/ref: "
           "speed-up over the faster of eager and torch.compile (torch rows), over jax.jit (jax_ "
           "rows: each variant's state stays on its device, its new values passed back each step); "
