@@ -9,8 +9,7 @@ would otherwise run again inside every worker.
 Protocol. REQUEST is a file of pickles: the parent's sys.path (so that the builders' modules
 import as they did there), a dict of `calls` (calls per round) and `count`, then `count`
 variants, each (build, args): the worker calls `build(*args)` for each, in order, and times
-what it returns. The
-worker answers on its stdout, one JSON object a line:
+what it returns. It answers on its stdout, one JSON object a line:
 
     {"ready": true, "finite": [...], "failed": {}}   built each and called it once (warm-up);
                                                      finite: per variant whether every output
@@ -86,7 +85,7 @@ def _serve(request_path: str, answer) -> None:
     answer({"ready": True, "finite": oks, "failed": failed})
     for line in sys.stdin:
         words = line.split()
-        if len(words) != 2 or words[0] != "go":
+        if len(words) != 2 or words[0] != "go" or not words[1].isdigit():
             return
         i = int(words[1])
         if i in failed:
