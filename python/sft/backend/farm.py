@@ -198,6 +198,7 @@ class Farm:
         farm's) where its workers failed twice."""
         if not builders:
             return {}
+        # together: every variant in two processes, and again alone where one of them crashed
         bound = (rounds + 2) * len(builders) * (run_timeout() + 0.2) * (3 if together else 1)
         found = self._call(target, time_together if together else time_variants,
                            (builders, rounds, calls), bound)

@@ -76,11 +76,11 @@ def program_candidates(report, tiles: tuple = (), top_options: int = TOP_OPTIONS
     # IREE's tiles: a JAX GPT-2 step's weight gradients computed in their update's layout
     # (oriented) were priced 2% slower and ran 10% faster (the transposed update's cost is
     # a constant measured on one other program: `cost.model.TRANSPOSED_COST`).
-    for name, (orient, expand) in report.rewrite_ops.items():
+    for name, (orient, expand) in report.rewrite_ops.items():  # (searched: ranked has a best)
         if report.rewrites[name] <= report.as_formed * REWRITE_SPREAD:
             o = report.ranked[0].options
-            candidates[f"{o.describe()} {name}"] = Plan(im2col=report.im2col, orient=orient, expand=expand,
-                                                        flags=o.flags, driver=o.driver)
+            candidates[f"{o.describe()} {name}"] = Plan(im2col=report.im2col, orient=orient,
+                                                        expand=expand, flags=o.flags, driver=o.driver)
     unique: dict[str, Plan] = {}
     for name, plan in candidates.items():
         if plan not in unique.values():

@@ -186,10 +186,10 @@ def rank_tiles(kernel: Kernel, space, target: Target, cores: int, default: tuple
     before IREE has seen the twin (the profile is of the f32 program), so the twin runs only
     with a config of its own."""
     times = target.codegen.predict(kernel, space.candidates, target.desc, cores, default) + casts
+    if iree_only:
+        return KernelChoice(kernel, space, (0,), (float(times[0]),), precision)
     if precision != "f32":
         times[0] = np.inf
-    if iree_only:
-        times[1:] = np.inf
     order = np.argsort(times, kind="stable")
     keep = [int(i) for i in order[:top_k]]
     if 0 not in keep:
@@ -274,7 +274,7 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
     by_cores: dict[int, list[KernelChoice]] = {}
     mixed: dict[int, list[KernelChoice]] = {}  # per kernel the faster of f32 and its twin
     for cores in sorted({1 if o.serial else desc.cores for o in options}):
-        by_cores[cores] = [rank_tiles(k, s, target, cores, d, 1 if f else top_k, iree_only=f)
+        by_cores[cores] = [rank_tiles(k, s, target, cores, d, top_k, iree_only=f)
                            for k, s, d, f in zip(kernels, spaces, defaults, fixed)]
         report.scored += sum(len(s) for s in spaces)
         mixed[cores] = list(by_cores[cores])
