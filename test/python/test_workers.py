@@ -302,3 +302,35 @@ def test_parallel_executor_calls_wait_on_a_low_priority_thread():
     inline = sft.compile(model, (x,), plan=sft.Plan(driver="local-sync"))
     torch.testing.assert_close(parallel(x), inline(x))
     torch.testing.assert_close(parallel(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="sft's low-priority invoker runs on Linux only")
+@pytest.mark.parametrize("from_s, waits_apart", [(0.0, True), (3600.0, False)])
+def test_a_module_waits_through_the_invoker_only_where_its_first_calls_were_long(
+        monkeypatch, from_s, waits_apart):
+    """The first calls run on the caller's thread; where the fastest of them took at least
+    INVOKER_FROM_S, later calls wait on the invoker thread, else they stay (the hand-over costs
+    more than a short call's waiter), and the choice does not change back and forth."""
+    import threading
+
+    import torch
+
+    import sft
+    from sft.backend import runtime
+
+    monkeypatch.setattr(runtime, "INVOKER_FROM_S", from_s)
+    model, x = torch.nn.Linear(64, 32), torch.randn(8, 64)
+    parallel = sft.compile(model, (x,), plan=sft.Plan(driver="local-task"))
+    loaded = parallel._device()
+    threads, invoke = [], loaded._vm_invoke
+
+    def recorded(*args):
+        threads.append(threading.current_thread().name)
+        return invoke(*args)
+    loaded._vm_invoke = recorded
+    for _ in range(runtime.INVOKER_AFTER + 3):
+        torch.testing.assert_close(parallel(x), model(x), rtol=1e-5, atol=1e-5)
+    first, later = threads[:runtime.INVOKER_AFTER], threads[runtime.INVOKER_AFTER:]
+    assert first == [threading.current_thread().name] * runtime.INVOKER_AFTER
+    assert len(set(later)) == 1 and later[0].startswith("sft-invoke") == waits_apart

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -53,6 +54,15 @@ def _element_type(dtype):
 # SFT_LOW_PRIORITY_INVOKER=0 calls from the caller's thread, as before (to measure the difference).
 LOW_PRIORITY_INVOKER = (sys.platform.startswith("linux")
                         and os.environ.get("SFT_LOW_PRIORITY_INVOKER", "1") != "0")
+# The hand-over itself costs two cross-core wake-ups, 46 us a round trip on the same VM (an
+# empty function through the invoker): more than a short call loses to its waiter. A module's
+# calls wait through the invoker where the fastest of its first `INVOKER_AFTER` calls, made
+# from the caller's thread, took at least `INVOKER_FROM_S`; the choice then stays (calls that
+# alternate between the two threads took 130-600 us where either thread alone took 26-70, a
+# one-op program). Measured there on an MLP 256-1024-1024-256 on local-task, interleaved
+# medians, direct against through the invoker: batch 4 206 / 249 us, batch 16 433 / 446,
+# batch 64 1347 / 1302, batch 256 5395-6064 / 4744-5291.
+INVOKER_FROM_S, INVOKER_AFTER = 400e-6, 3
 _invoker: tuple[int, ThreadPoolExecutor] | None = None  # (the process it belongs to, the thread)
 _in_invoker = threading.local()
 
@@ -130,6 +140,9 @@ class Loaded:
         self._list, self._ref, self._view = rt.VmVariantList, rt.VmRef, rt.HalBufferView
         self._device_array = rt.DeviceArray
         self._memory_type, self._usage = int(rt.MemoryType.DEVICE_LOCAL), int(rt.BufferUsage.DEFAULT)
+        # where this module's calls wait: None until its first calls say (`INVOKER_FROM_S`)
+        self._call_times: list[float] = []
+        self._through_invoker = None if LOW_PRIORITY_INVOKER and self.driver == "local-task" else False
 
     def __call__(self, *arrays) -> list[np.ndarray]:
         """Results on the host (numpy arrays; a scalar result, an i64 say, as a Python number)."""
@@ -148,10 +161,15 @@ class Loaded:
                                                _element_type(array.dtype))
                 args.push_ref(view)
             results = self._list(1)
-            if LOW_PRIORITY_INVOKER and self.driver == "local-task":
+            if self._through_invoker:
                 _invoke(self._vm_invoke, (self._fn, args, results))
             else:
+                start = time.perf_counter()
                 self._vm_invoke(self._fn, args, results)
+                if self._through_invoker is None:
+                    self._call_times.append(time.perf_counter() - start)
+                    if len(self._call_times) == INVOKER_AFTER:
+                        self._through_invoker = min(self._call_times) >= INVOKER_FROM_S
         except (IndexError, ValueError, RuntimeError) as err:  # what iree.runtime raises
             first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
             raise SftError(f"the compiled module failed at run time on the {self.driver} driver "
