@@ -62,7 +62,7 @@ LOW_PRIORITY_INVOKER = (sys.platform.startswith("linux")
 # one-op program). Measured there on an MLP 256-1024-1024-256 on local-task, interleaved
 # medians, direct against through the invoker: batch 4 206 / 249 us, batch 16 433 / 446,
 # batch 64 1347 / 1302, batch 256 5395-6064 / 4744-5291.
-INVOKER_FROM_S, INVOKER_AFTER = 400e-6, 3
+INVOKER_FROM_S, INVOKER_AFTER = 400e-6, 5
 _invoker: tuple[int, ThreadPoolExecutor] | None = None  # (the process it belongs to, the thread)
 _in_invoker = threading.local()
 
