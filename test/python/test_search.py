@@ -175,13 +175,16 @@ def test_verify_times_the_graph_rewrites_predicted_close_to_the_pick():
     from sft.search.exhaustive import OptionChoice, SearchReport
 
     best = cpu_option_space()[0]
-    report = SearchReport(ranked=[OptionChoice(best, 1.0, ())])
+    other = next(o for o in cpu_option_space() if o.driver != best.driver)  # the other executor
+    report = SearchReport(ranked=[OptionChoice(best, 1.0, ()), OptionChoice(other, 1.2, ())])
     report.rewrites = {"as written": 1.0, "oriented [3]": REWRITE_SPREAD - 0.01, "expanded [7]": 1.5}
     report.rewrite_ops = {"as written": ((), ()), "oriented [3]": ((3,), ()), "expanded [7]": ((), (7,))}
     found = program_candidates(report)
-    assert found[f"{best.describe()} oriented [3]"] == sft.Plan(orient=(3,), flags=best.flags)
+    for o in (best, other):  # under the best options of each driver
+        assert found[f"{o.describe()} oriented [3]"] == sft.Plan(orient=(3,), flags=o.flags,
+                                                                 driver=o.driver)
+        assert found[o.describe()] == sft.Plan(flags=o.flags, driver=o.driver)  # as written: once
     assert not any("expanded" in name for name in found)  # predicted far slower
-    assert found[best.describe()] == sft.Plan(flags=best.flags)  # as written: once, by its name
 
 
 def test_model_and_verify_search_keep_numerics(monkeypatch):
