@@ -37,21 +37,22 @@ def test_a_plan_is_its_decision_kinds():
     from sft.passes.low_precision import LowPrecisionPass
     from sft.passes.orient import OrientPass
     from sft.passes.reassociate import ReassociatePass
+    from sft.passes.split_reduction import SplitReductionPass
     from sft.plan import KINDS
 
     assert [f.name for f in dataclasses.fields(Plan)] == [k.field for k in KINDS]
     assert Plan().to_json() == "{}" and Plan().passes(SFT) == [] and Plan().describe() == []
     with pytest.raises(TypeError):
         Plan((1,))  # keywords only
-    every = Plan(im2col=(6,), orient=(5,), expand=(4,), orders=((3, (0, (1, 2))),), low_precision=((2, "bf16"),),
+    every = Plan(im2col=(6,), split=(7,), orient=(5,), expand=(4,), orders=((3, (0, (1, 2))),), low_precision=((2, "bf16"),),
                  tiles=((2, MLP_TILES),), groups=((0, 1),), flags=("--x",), driver="local-sync",
                  as_imported=True)
     assert not any(getattr(every, k.field) == k.default for k in KINDS)
     assert Plan.from_json(every.to_json()) == every == pickle.loads(pickle.dumps(every))
-    assert [type(p) for p in every.passes(SFT)] == [Im2colPass, OrientPass, ExpandBatchPass,
-                                                    ReassociatePass, LowPrecisionPass]
+    assert [type(p) for p in every.passes(SFT)] == [Im2colPass, SplitReductionPass, OrientPass,
+                                                    ExpandBatchPass, ReassociatePass, LowPrecisionPass]
     assert [type(p) for p in every.passes(IREE)] == [ApplyTilesPass, FusionGroupsPass]
-    assert every.describe() == ["im2col ops [6]", "oriented ops [5]", "batch expanded on ops [4]", "chains reordered: op 3 as (0, (1, 2))",
+    assert every.describe() == ["im2col ops [6]", "split sums [7]", "oriented ops [5]", "batch expanded on ops [4]", "chains reordered: op 3 as (0, (1, 2))",
                                 "bf16 inputs, f32 accumulation on ops [2]"]
     with pytest.raises(sft.SftError, match="unknown key 'tile' .known: as_imported, driver, expand, flags, groups, im2col"):
         Plan.from_json('{"tile": []}')

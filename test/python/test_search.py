@@ -155,6 +155,31 @@ def test_searched_plans_reassociate_reductions_and_keep_numerics():
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape", [(8, 32, 32, 16), (6, 5, 7, 3)])
+def test_searched_plans_split_channels_last_sums_and_keep_numerics(shape):
+    # JAX's batch norm on NHWC activations: per-channel sums over batch and pixels, the
+    # channels innermost. Every searched plan on a CPU splits them (`passes.split_reduction`);
+    # IREE's default plan does not; the values are jax.jit's either way (the terms reordered).
+    import jax
+    import jax.numpy as jnp
+
+    def statistics(x):
+        mean = jnp.mean(x, axis=(0, 1, 2))
+        return mean, jnp.mean(jnp.square(x - mean), axis=(0, 1, 2)), jnp.sum(x, axis=(1, 2))
+
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32) * 3 + 1
+    expected = jax.jit(statistics)(x)
+    none = sft.compile(statistics, (x,), search="none")
+    searched = sft.compile(statistics, (x,), search="model")
+    assert none.plan.split == () and len(searched.plan.split) == 2  # not the per-image sum
+    assert "split sums" in searched.search.chosen
+    for compiled in (none, searched):
+        for got, want in zip(compiled(x), expected):
+            got, want = np.asarray(got), np.asarray(want)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_verify_takes_the_least_asking_plan_within_noise_reassociated_if_any():
     from sft.measure import least_asking
 
@@ -338,7 +363,7 @@ def test_contractions_alone_only_for_packed_plans_of_the_searched_program():
     from sft.space.options import DATA_TILING
 
     kernel = lambda i: SimpleNamespace(kernel=SimpleNamespace(op_id=i))  # noqa: E731
-    report = SimpleNamespace(choices=[kernel(3), kernel(9)], im2col=(), orient=(4,), expand=(),
+    report = SimpleNamespace(choices=[kernel(3), kernel(9)], im2col=(), split=(), orient=(4,), expand=(),
                              orders=())
     packed = Plan(orient=(4,), flags=(DATA_TILING,))
     assert contractions_alone(report, packed) == Plan(orient=(4,), flags=(DATA_TILING,),

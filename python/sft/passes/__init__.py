@@ -3,6 +3,7 @@
 from .expand_batch import ExpandBatchPass
 from .f64_math import ExpandF64MathPass
 from .im2col import Im2colPass
+from .split_reduction import SplitReductionPass
 from .low_precision import LowPrecisionPass
 from .lower import LowerPass
 from .orient import OrientPass
@@ -11,6 +12,7 @@ from .reassociate import ReassociatePass
 from .verify import VerifyPass
 
 PASSES = {p.name: p for p in (RaisePass, LowerPass, VerifyPass, ReassociatePass, ExpandBatchPass,
-                                  LowPrecisionPass, ExpandF64MathPass, OrientPass, Im2colPass)}
+                                  LowPrecisionPass, ExpandF64MathPass, OrientPass, Im2colPass,
+                                  SplitReductionPass)}
 
-__all__ = ["PASSES", "ExpandBatchPass", "ExpandF64MathPass", "Im2colPass", "LowPrecisionPass", "LowerPass", "OrientPass", "RaisePass", "ReassociatePass", "VerifyPass"]
+__all__ = ["PASSES", "ExpandBatchPass", "ExpandF64MathPass", "Im2colPass", "LowPrecisionPass", "LowerPass", "OrientPass", "RaisePass", "ReassociatePass", "SplitReductionPass", "VerifyPass"]

@@ -21,7 +21,8 @@ def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tu
     IREE cannot build packed with their consumers (`SearchReport.packed_alone`)."""
     keeps = options.keeps_tiles
     packed_alone = report.packed_alone if DATA_TILING in options.flags else ()
-    return Plan(im2col=report.im2col, orient=report.orient, expand=report.expand, orders=report.orders,
+    return Plan(im2col=report.im2col, split=report.split, orient=report.orient, expand=report.expand,
+                orders=report.orders,
                 groups=each_alone(packed_alone), tiles=tuple(tiles) if keeps else (),
                 flags=options.flags, driver=options.driver,
                 low_precision=tuple(low_precision) if keeps else ())
@@ -39,7 +40,7 @@ def contractions_alone(report, plan: Plan) -> Plan | None:
     step's optimizer update: "large vector sizes (32768 bytes)", or with that check off a
     132 KiB stack); alone, mlp_b128's step compiled and its matmuls ran at 105-115 GFLOP/s on
     one Zen 4 core, against 50-65 for IREE's default code (docs/results.md)."""
-    rewrites = ("im2col", "orient", "expand", "orders")  # the program the kernels' op ids name
+    rewrites = ("im2col", "split", "orient", "expand", "orders")  # the program the kernels' op ids name
     if (DATA_TILING not in plan.flags or plan.groups or not report.choices
             or any(getattr(plan, r) != getattr(report, r) for r in rewrites)):
         return None
@@ -80,13 +81,13 @@ def program_candidates(report, tiles: tuple = (), top_options: int = TOP_OPTIONS
     rewritten = report.orders or report.expand or report.orient
     for o in drivers.values():
         if rewritten:
-            candidates[f"{o.describe()} as written"] = Plan(im2col=report.im2col, flags=o.flags,
-                                                            driver=o.driver)
+            candidates[f"{o.describe()} as written"] = Plan(im2col=report.im2col, split=report.split,
+                                                            flags=o.flags, driver=o.driver)
         for name, (orient, expand) in report.rewrite_ops.items():  # (searched: ranked has a best)
             if report.rewrites[name] <= report.as_formed * REWRITE_SPREAD:
-                candidates[f"{o.describe()} {name}"] = Plan(im2col=report.im2col, orient=orient,
-                                                            expand=expand, flags=o.flags,
-                                                            driver=o.driver)
+                candidates[f"{o.describe()} {name}"] = Plan(im2col=report.im2col, split=report.split,
+                                                            orient=orient, expand=expand,
+                                                            flags=o.flags, driver=o.driver)
     unique: dict[str, Plan] = {}
     for name, plan in candidates.items():
         if plan not in unique.values():

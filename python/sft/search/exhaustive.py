@@ -59,6 +59,7 @@ class SearchReport:
     replayed: bool = False             # the plan came from the tuning database, not a search
     chains: list = field(default_factory=list)  # OrderChoice per chain of contractions
     im2col: tuple[int, ...] = ()       # filter gradients as patch copies and matmuls, first
+    split: tuple[int, ...] = ()        # sums over outer dims split, second
     orient: tuple[int, ...] = ()       # contractions computed in their readers' layout
     expand: tuple[int, ...] = ()       # contractions run over their expanded batch
     rewrites: dict = field(default_factory=dict)  # each rewrite searched: its `as_formed`

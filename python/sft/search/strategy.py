@@ -28,6 +28,7 @@ from ..measure import SEARCH_REVISION, verify
 from ..ir import print_module
 from ..passes.expand_batch import ExpandBatchPass, expandable
 from ..passes.im2col import Im2colPass, filter_gradients
+from ..passes.split_reduction import SplitReductionPass, outer_sums
 from ..passes.orient import OrientPass, orientable
 from ..passes.low_precision import LOW_PRECISION_TYPES, castable, renumber
 from ..passes.reassociate import ReassociatePass
@@ -106,6 +107,11 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     convs = filter_gradients(written_module) if target.im2col_filter_gradients else ()
     if convs:
         Im2colPass(convs)(written_module)
+    # then sums over outer dims are split (`Target.split_outer_sums`), as every plan has them
+    sums = outer_sums(written_module) if target.split_outer_sums else ()
+    if sums:
+        SplitReductionPass(sums)(written_module)
+    if convs or sums:
         sft_text = print_module(written_module)
     variants, orders, casts = {}, {}, {}
     for rewrite in _rewrites(sft_text, written_module):
@@ -165,7 +171,7 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
         rewrite = WRITTEN
     report = reports[rewrite]
     report.add_alternatives(reports)
-    report.im2col = convs
+    report.im2col, report.split = convs, sums
     # The model is believed only as far as it was measured right (`Target.trust`): each option
     # set's plan is scored at its predicted time scaled by its kinds' trust factors, IREE's
     # default at its own prediction, and the best of those scores is taken.
@@ -174,7 +180,7 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     best, plan = min(plans, key=score)
     if score((best, plan)) >= report.default_predicted and plan != Plan():
         report.chosen = _distrusted(report, best, plan, target)
-        return Plan(im2col=convs, flags=options[0].flags), report
+        return Plan(im2col=convs, split=sums, flags=options[0].flags), report
     # every decision in words (low precision is never silent: the numbers change)
     words = [best.options.describe(), *plan.describe()]
     if not target.model_times:

@@ -79,6 +79,11 @@ class Target:
     # code ran them at 5 GFLOP/s, and the rewrite took CNN training steps 2.3-2.5x faster on a
     # 2-core Zen 4. Not measured on a GPU, where IREE's own convolution strategy differs.
     im2col_filter_gradients: bool = False
+    # Sums over outer dims whose few kept dims are innermost (channels-last batch norm) as
+    # sums of split rows and a fold (`passes.split_reduction`) in every plan the search
+    # builds: IREE's CPU code walked them 2 columns at a time (168 -> 33 us for a batch norm's
+    # two sums on a Zen 4 core). Not measured on a GPU.
+    split_outer_sums: bool = False
 
     @property
     def searched_codegen(self) -> Codegen | None:
