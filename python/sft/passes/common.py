@@ -75,6 +75,15 @@ def maps_attr(maps) -> "tm.ArrayAttr":
     return tm.ArrayAttr.get([tm.AffineMapAttr.get(m) for m in maps])
 
 
+def create_view(source, view_map, shape: list[int], ip):
+    """An sft.view of `source` through `view_map` (result index -> source index), of `shape`."""
+    from .. import dialect
+
+    result = tm.RankedTensorType.get(shape, element_type(source))
+    return dialect.create("sft.view", [source], {"map": tm.AffineMapAttr.get(view_map)}, [result],
+                          ip=ip).results[0]
+
+
 def has_uses(value) -> bool:
     return any(True for _ in value.uses)
 

@@ -28,8 +28,8 @@ from .. import dialect
 from ..decisions.kind import SFT, DecisionKind, ints
 from ..ir import tm
 from . import indexing as ix
-from .common import (compute_ops, element_type, has_uses, map_list, maps_attr, op_ids_option,
-                     operation, rewrite_ops, static_shape)
+from .common import (compute_ops, create_view, element_type, has_uses, map_list, maps_attr,
+                     op_ids_option, operation, rewrite_ops, static_shape)
 
 
 @dataclass(frozen=True)
@@ -101,12 +101,6 @@ def _copy(source, read_map, shape: list[int], ip):
     return copy.results[0]
 
 
-def _view(source, view_map, shape: list[int], ip):
-    result = tm.RankedTensorType.get(shape, element_type(source))
-    return dialect.create("sft.view", [source], {"map": tm.AffineMapAttr.get(view_map)}, [result],
-                          ip=ip).results[0]
-
-
 def _groups(*groups: list) -> list[list[int]]:
     """The positions of `groups` of loops laid out one after another, empty groups left out."""
     found, start = [], 0
@@ -144,10 +138,10 @@ def im2col(op, shape: _Shape) -> None:
         if ix.plain_dims(other_map) != b + r + s:
             other = _copy(other, _read_as(other_map.results, b + r + s, len(domain)),
                           extent(b + r + s), ip)
-        lhs = _view(other, ix.collapse_map(extent(b + r + s), _groups(b, r, s)), merged(b, r, s),
-                    ip)
-        rhs = _view(patches, ix.collapse_map(extent(b + s + w), _groups(b, s, w)),
-                    merged(b, s, w), ip)
+        lhs = create_view(other, ix.collapse_map(extent(b + r + s), _groups(b, r, s)),
+                          merged(b, r, s), ip)
+        rhs = create_view(patches, ix.collapse_map(extent(b + s + w), _groups(b, s, w)),
+                          merged(b, s, w), ip)
         # the matmul: [batch, rows, summed] x [batch, summed, own] -> [batch, rows, own]
         batch = [ix.d(0)] if b else []
         m, n, k = (ix.d(len(batch) + i) for i in range(3))
@@ -160,10 +154,11 @@ def im2col(op, shape: _Shape) -> None:
                                  ip=ip).results[0]
         # back to the result: split [batch, rows, own] into its loops, then in the result's order
         loops = b + r + w
-        result = _view(product, ix.expand_map(extent(loops), _groups(b, r, w)), extent(loops), ip)
+        result = create_view(product, ix.expand_map(extent(loops), _groups(b, r, w)),
+                             extent(loops), ip)
         if loops != out:
-            result = _view(result, ix.affine_map(len(out), [ix.d(out.index(d)) for d in loops]),
-                           extent(out), ip)
+            back = ix.affine_map(len(out), [ix.d(out.index(d)) for d in loops])
+            result = create_view(result, back, extent(out), ip)
     old_init = operation(dialect.init(op).owner)
     op.results[0].replace_all_uses_with(result)
     op.erase()

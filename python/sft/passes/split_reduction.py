@@ -24,8 +24,8 @@ from .. import dialect
 from ..decisions.kind import SFT, DecisionKind, ints
 from ..ir import tm
 from . import indexing as ix
-from .common import (compute_ops, element_bytes, element_type, map_list, maps_attr, move_body, op_ids_option,
-                     ops_of, rewrite_ops, static_shape)
+from .common import (compute_ops, create_view, element_bytes, element_type, map_list, maps_attr,
+                     move_body, op_ids_option, ops_of, rewrite_ops, static_shape)
 
 # The width of a split row, in bytes: 512 (128 f32, eight AVX-512 registers) measured best of
 # 256-1024 on the batch norm above; a row of at least this much already vectorises.
@@ -67,20 +67,16 @@ def _split(op) -> _Split | None:
     return _Split(rows, width, factor) if factor and rows // factor >= 2 else None
 
 
-def _view(source, view_map, shape: list[int], ip):
-    result = tm.RankedTensorType.get(shape, element_type(source))
-    return dialect.create("sft.view", [source], {"map": tm.AffineMapAttr.get(view_map)}, [result],
-                          ip=ip).results[0]
-
-
 def _reshape(source, shape: list[int], ip):
     """`source` viewed flat, then as `shape` (row-major: no element moves)."""
     src = static_shape(source)
-    flat = source if len(src) == 1 else _view(source, ix.collapse_map(src, [list(range(len(src)))]),
-                                              [prod(src)], ip)
+    if len(src) == 1:
+        flat = source
+    else:
+        flat = create_view(source, ix.collapse_map(src, [list(range(len(src)))]), [prod(src)], ip)
     if len(shape) == 1:
         return flat
-    return _view(flat, ix.expand_map(shape, [list(range(len(shape)))]), shape, ip)
+    return create_view(flat, ix.expand_map(shape, [list(range(len(shape)))]), shape, ip)
 
 
 def _column_sum(source, init, ip):
@@ -114,7 +110,7 @@ def split(op, how: _Split) -> None:
         result = total.results[0]
         shape = static_shape(op.results[0])
         if len(shape) != 1:
-            result = _view(result, ix.expand_map(shape, [list(range(len(shape)))]), shape, ip)
+            result = create_view(result, ix.expand_map(shape, [list(range(len(shape)))]), shape, ip)
     op.results[0].replace_all_uses_with(result)
     op.erase()
 

@@ -21,10 +21,9 @@ def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tu
     IREE cannot build packed with their consumers (`SearchReport.packed_alone`)."""
     keeps = options.keeps_tiles
     packed_alone = report.packed_alone if DATA_TILING in options.flags else ()
-    return Plan(im2col=report.im2col, split=report.split, orient=report.orient, expand=report.expand,
-                orders=report.orders,
-                groups=each_alone(packed_alone), tiles=tuple(tiles) if keeps else (),
-                flags=options.flags, driver=options.driver,
+    return Plan(im2col=report.im2col, split=report.split, orient=report.orient,
+                expand=report.expand, orders=report.orders, groups=each_alone(packed_alone),
+                tiles=tuple(tiles) if keeps else (), flags=options.flags, driver=options.driver,
                 low_precision=tuple(low_precision) if keeps else ())
 
 
@@ -80,14 +79,12 @@ def program_candidates(report, tiles: tuple = (), top_options: int = TOP_OPTIONS
         drivers.setdefault(option.options.driver, option.options)
     rewritten = report.orders or report.expand or report.orient
     for o in drivers.values():
+        first = dict(im2col=report.im2col, split=report.split, flags=o.flags, driver=o.driver)
         if rewritten:
-            candidates[f"{o.describe()} as written"] = Plan(im2col=report.im2col, split=report.split,
-                                                            flags=o.flags, driver=o.driver)
+            candidates[f"{o.describe()} as written"] = Plan(**first)
         for name, (orient, expand) in report.rewrite_ops.items():  # (searched: ranked has a best)
             if report.rewrites[name] <= report.as_formed * REWRITE_SPREAD:
-                candidates[f"{o.describe()} {name}"] = Plan(im2col=report.im2col, split=report.split,
-                                                            orient=orient, expand=expand,
-                                                            flags=o.flags, driver=o.driver)
+                candidates[f"{o.describe()} {name}"] = Plan(**first, orient=orient, expand=expand)
     unique: dict[str, Plan] = {}
     for name, plan in candidates.items():
         if plan not in unique.values():
