@@ -38,3 +38,22 @@ func.func @channels_last_sum(%x: tensor<64x4x8xf32>) -> tensor<8xf32> {
       : (tensor<64x4x8xf32>, tensor<8xf32>) -> tensor<8xf32>
   return %sum : tensor<8xf32>
 }
+
+// A sum that reads one loop twice (a diagonal) and another not at all (summed 7 times over)
+// is not a plain sum over outer dims, though its element counts would let it be reshaped.
+// RUN: not sft-opt -p 'sft-split-reduction{ops=3}' %s 2>&1 | filecheck %s --check-prefix=DIAGONAL
+// DIAGONAL: error: plan splits op 3, but it is not a float sum over outer dims of a few innermost kept ones
+func.func @diagonal_sum(%x: tensor<128x16x16xf32>) -> tensor<16xf32> {
+  %zero = arith.constant 0.0 : f32
+  %init = "sft.map"() ({
+    gpu.yield %zero : f32
+  }) {maps = [], operandSegmentSizes = array<i32: 0, 0, 0, 0, 0, 0, 0, 0>} : () -> tensor<16xf32>
+  %sum = "sft.reduce"(%x, %init) ({
+  ^bb0(%v: f32):
+    gpu.yield %v : f32
+  }) {domain = array<i64: 16, 128, 7>, kind = "add",
+      maps = [affine_map<(d0, d1, d2) -> (d1, d0, d0)>, affine_map<(d0, d1, d2) -> (d0)>],
+      operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0, 1>}
+      : (tensor<128x16x16xf32>, tensor<16xf32>) -> tensor<16xf32>
+  return %sum : tensor<16xf32>
+}

@@ -180,6 +180,17 @@ def test_searched_plans_split_channels_last_sums_and_keep_numerics(shape):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_sum_that_would_split_only_narrowly_stays_as_written():
+    import jax.numpy as jnp
+
+    # 2 x 67 rows of 3: the only split rows are 6 wide, too narrow to pay for the fold
+    narrow = np.random.default_rng(0).standard_normal((2, 67, 1, 3)).astype(np.float32)
+    searched = sft.compile(lambda x: jnp.sum(x, axis=(0, 1, 2)), (narrow,), search="model")
+    assert searched.plan.split == ()
+    np.testing.assert_allclose(np.asarray(searched(narrow)), narrow.sum((0, 1, 2)), rtol=1e-5,
+                               atol=1e-5)
+
+
 def test_verify_takes_the_least_asking_plan_within_noise_reassociated_if_any():
     from sft.measure import least_asking
 

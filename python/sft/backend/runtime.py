@@ -166,9 +166,9 @@ class Loaded:
             else:
                 start = time.perf_counter()
                 self._vm_invoke(self._fn, args, results)
-                if self._through_invoker is None:
+                if self._through_invoker is None:  # (>=: calls from several threads at once)
                     self._call_times.append(time.perf_counter() - start)
-                    if len(self._call_times) == INVOKER_AFTER:
+                    if len(self._call_times) >= INVOKER_AFTER:
                         self._through_invoker = min(self._call_times) >= INVOKER_FROM_S
         except (IndexError, ValueError, RuntimeError) as err:  # what iree.runtime raises
             first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")

@@ -54,17 +54,21 @@ def _split(op) -> _Split | None:
     maps = map_list(op.attributes["maps"])
     read, kept = ix.plain_dims(maps[0]), ix.plain_dims(maps[1])
     domain = list(tm.DenseI64ArrayAttr(op.attributes["domain"]))
-    if read is None or kept is None or not kept or len(read) != len(domain):
-        return None
+    if (read is None or kept is None or not kept or sorted(read) != list(range(len(domain)))
+            or static_shape(operands[0]) != [domain[d] for d in read]):
+        return None  # each loop read once, the input as large as the loops it is read over
     summed = read[:len(read) - len(kept)]
     if read[len(summed):] != kept or not summed:
         return None
     rows, width = prod(domain[d] for d in summed), prod(domain[d] for d in kept)
     row_elements = ROW_BYTES // element_bytes(op.results[0])
-    if width >= row_elements or rows < MIN_ROWS or static_shape(operands[0]) is None:
+    if width >= row_elements or rows < MIN_ROWS:
         return None
     factor = max((s for s in range(2, row_elements // width + 1) if rows % s == 0), default=0)
-    return _Split(rows, width, factor) if factor and rows // factor >= 2 else None
+    # split rows narrower than half the width gain too little for the two ops they add
+    if not factor or rows // factor < 2 or 2 * factor * width < row_elements:
+        return None
+    return _Split(rows, width, factor)
 
 
 def _reshape(source, shape: list[int], ip):
