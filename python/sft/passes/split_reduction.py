@@ -28,7 +28,7 @@ from .common import (compute_ops, create_view, element_bytes, element_type, map_
                      move_body, op_ids_option, ops_of, rewrite_ops, static_shape)
 
 # The width of a split row, in bytes: 512 (128 f32, eight AVX-512 registers) measured best of
-# 256-1024 on the batch norm above; a row of at least this much already vectorises.
+# 256-2048 on the batch norm above; a row of at least this much already vectorises.
 ROW_BYTES = 512
 MIN_ROWS = 64  # fewer rows than this: too little to matter
 
