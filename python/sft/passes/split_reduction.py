@@ -96,12 +96,13 @@ def _column_sum(source, init, ip):
 def split(op, how: _Split) -> None:
     ip = tm.InsertionPoint(op)
     source, init = list(op.operands)
-    kind = element_type(op.results[0])
+    element = element_type(op.results[0])
     s, width = how.factor, how.kept
     with op.location:
-        zero = tm.Operation.create("arith.constant", results=[kind],
-                                   attributes={"value": tm.FloatAttr.get(kind, 0.0)}, ip=ip).result
-        partial_init = dialect.create_fill(zero, tm.RankedTensorType.get([s * width], kind), ip)
+        value = {"value": tm.FloatAttr.get(element, 0.0)}
+        zero = tm.Operation.create("arith.constant", results=[element], attributes=value,
+                                   ip=ip).result
+        partial_init = dialect.create_fill(zero, tm.RankedTensorType.get([s * width], element), ip)
         rows = _reshape(source, [how.rows // s, s * width], ip)
         partial, block = _column_sum(rows, partial_init, ip)
         old_block = op.regions[0].blocks[0]
@@ -111,10 +112,7 @@ def split(op, how: _Split) -> None:
         total, block = _column_sum(folded, flat_init, ip)
         with tm.InsertionPoint(block):
             tm.Operation.create("gpu.yield", operands=[block.arguments[0]])
-        result = total.results[0]
-        shape = static_shape(op.results[0])
-        if len(shape) != 1:
-            result = create_view(result, ix.expand_map(shape, [list(range(len(shape)))]), shape, ip)
+        result = _reshape(total.results[0], static_shape(op.results[0]), ip)
     op.results[0].replace_all_uses_with(result)
     op.erase()
 
