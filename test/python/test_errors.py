@@ -130,7 +130,7 @@ def test_tools_report_bad_input_in_one_line(inputs, capsys, tool, name, expected
 @pytest.mark.parametrize("plan, expected", [
     ("syntax.json", r"syntax\.json:1:14: error: plan is not valid JSON"),
     ("types.json", r"types\.json: error: invalid plan: expand must be a list of integers"),
-    ("key.json", r"key\.json: error: invalid plan: unknown key 'fuse' \(known: as_imported, driver, expand"),
+    ("key.json", r"key\.json: error: invalid plan: unknown key 'fuse' \(known: as_imported, batch_split, driver, expand"),
     ("tiles.json", r"tiles\.json: error: invalid plan: 'tiles\[0\]' has no 'vector_common_parallel'"),
     ("binary.json", r"binary\.json:1:1: error: not UTF-8 text"),
     ("missing.json", r"error: cannot read .*missing\.json"),

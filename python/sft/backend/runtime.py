@@ -151,29 +151,45 @@ class Loaded:
     def call_on_device(self, *arrays) -> list:
         """Results as they are: device arrays stay on the device (to be passed to a later call
         without a copy through the host)."""
+        args, results = self.arguments(arrays), self._list(1)
+        if self._through_invoker:
+            self.guarded(_invoke, self._vm_invoke, (self._fn, args, results))
+        else:
+            start = time.perf_counter()
+            self.invoke(args, results)
+            if self._through_invoker is None:  # (>=: calls from several threads at once)
+                self._call_times.append(time.perf_counter() - start)
+                if len(self._call_times) >= INVOKER_AFTER:
+                    self._through_invoker = min(self._call_times) >= INVOKER_FROM_S
+        return self.outputs(results)
+
+    def arguments(self, arrays):
+        """A call's argument list: device arrays as they are, host values copied in."""
+        args = self._list(len(arrays))
+        for array in arrays:
+            view = getattr(array, "_buffer_view", None)  # a device array: passed as it is
+            if view is None:  # host values (an array, a numpy scalar): copied in
+                array = np.asarray(array)
+                view = self.guarded(self._allocate_copy, self._memory_type, self._usage,
+                                    self._device, array, _element_type(array.dtype))
+            args.push_ref(view)
+        return args
+
+    def invoke(self, args, results) -> None:
+        """The module's entry on `args` (from `arguments`), on this thread, into `results`."""
+        self.guarded(self._vm_invoke, self._fn, args, results)
+
+    def guarded(self, fn, *args):
+        """`fn(*args)`, what iree.runtime raises turned into one SftError line."""
         try:
-            args = self._list(len(arrays))
-            for array in arrays:
-                view = getattr(array, "_buffer_view", None)  # a device array: passed as it is
-                if view is None:  # host values (an array, a numpy scalar): copied in
-                    array = np.asarray(array)
-                    view = self._allocate_copy(self._memory_type, self._usage, self._device, array,
-                                               _element_type(array.dtype))
-                args.push_ref(view)
-            results = self._list(1)
-            if self._through_invoker:
-                _invoke(self._vm_invoke, (self._fn, args, results))
-            else:
-                start = time.perf_counter()
-                self._vm_invoke(self._fn, args, results)
-                if self._through_invoker is None:  # (>=: calls from several threads at once)
-                    self._call_times.append(time.perf_counter() - start)
-                    if len(self._call_times) >= INVOKER_AFTER:
-                        self._through_invoker = min(self._call_times) >= INVOKER_FROM_S
+            return fn(*args)
         except (IndexError, ValueError, RuntimeError) as err:  # what iree.runtime raises
             first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
             raise SftError(f"the compiled module failed at run time on the {self.driver} driver "
                            f"(IREE's runtime): {first[:400]}") from None
+
+    def outputs(self, results) -> list:
+        """A call's results: buffers as iree.runtime's DeviceArray, scalars as numbers."""
         outs = []
         for i in range(len(results)):
             value = results.get_variant(i)

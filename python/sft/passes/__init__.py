@@ -3,6 +3,7 @@
 from .expand_batch import ExpandBatchPass
 from .f64_math import ExpandF64MathPass
 from .im2col import Im2colPass
+from .split_batch import SplitBatchPass
 from .split_reduction import SplitReductionPass
 from .low_precision import LowPrecisionPass
 from .lower import LowerPass
@@ -13,6 +14,6 @@ from .verify import VerifyPass
 
 PASSES = {p.name: p for p in (RaisePass, LowerPass, VerifyPass, ReassociatePass, ExpandBatchPass,
                                   LowPrecisionPass, ExpandF64MathPass, OrientPass, Im2colPass,
-                                  SplitReductionPass)}
+                                  SplitReductionPass, SplitBatchPass)}
 
-__all__ = ["PASSES", "ExpandBatchPass", "ExpandF64MathPass", "Im2colPass", "LowPrecisionPass", "LowerPass", "OrientPass", "RaisePass", "ReassociatePass", "SplitReductionPass", "VerifyPass"]
+__all__ = ["PASSES", "ExpandBatchPass", "ExpandF64MathPass", "Im2colPass", "LowPrecisionPass", "LowerPass", "OrientPass", "RaisePass", "ReassociatePass", "SplitBatchPass", "SplitReductionPass", "VerifyPass"]

@@ -1,0 +1,88 @@
+"""A batch split in parts side by side (`Plan.batch_split`): the program for one part, proven
+row-independent by sft-split-batch, run as parts on threads of their own, each result joined;
+checked against PyTorch eager on real inputs (values, dtypes, shapes)."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import sft
+from sft.api import prepare
+from sft.backend.parts import PartsLoaded
+from sft.models import MLP, GPT2Block, MultiheadSelfAttention
+from sft.plan import Plan
+
+
+def _split_plan(model, example, parts=2):
+    """The plan that splits every example input's batch (dim 0) in `parts`."""
+    program, _ = prepare(model, example)
+    first = len(program.signature.state)
+    return Plan(batch_split=(parts, *range(first, first + len(example))), driver="local-sync")
+
+
+@pytest.mark.parametrize("name, make, example", [
+    ("mlp", MLP, lambda: (torch.randn(32, 256),)),
+    ("attention", MultiheadSelfAttention, lambda: (torch.randn(4, 16, 128),)),
+    ("encoder layer", lambda: nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True),
+     lambda: (torch.randn(2, 8, 64),)),
+    ("gpt2 block", GPT2Block, lambda: (torch.randint(0, 512, (4, 16)),)),
+])
+def test_a_batch_split_in_parts_matches_eager(name, make, example):
+    torch.manual_seed(0)
+    model, inputs = make().eval(), example()
+    compiled = sft.compile(model, inputs, plan=_split_plan(model, inputs))
+    assert compiled.plan.batch_split[0] == 2 and compiled.batch_joins == [0]
+    for _ in range(2):  # the helper thread serves every call
+        fresh = tuple(torch.randint(0, 512, x.shape) if x.dtype == torch.int64 else torch.randn(x.shape)
+                      for x in inputs)
+        with torch.no_grad():
+            want = model(*fresh)
+        got = compiled(*fresh)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_program_whose_rows_depend_on_each_other_is_not_split():
+    """Batch norm in train mode normalises each row by the whole batch's statistics: a split
+    would compute each half's own, so the plan is refused, naming why."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).train()
+    x = torch.randn(4, 8)
+    with pytest.raises(sft.SftError, match="cannot split this program's batch: an op sums over the batch"):
+        sft.compile(model, (x,), plan=_split_plan(model, (x,)))
+
+
+def test_a_model_that_updates_its_state_is_not_split():
+    """State the call updates (a call counter here; a train-mode batch norm's running
+    statistics) would be written by every part: refused, though the rows are independent."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
+    x = torch.randn(4, 8)
+
+    class Counting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+            self.register_buffer("calls", torch.zeros(1))
+
+        def forward(self, x):
+            self.calls.add_(1.0)
+            return self.inner(x)
+
+    counting = Counting()
+    with pytest.raises(sft.SftError, match="updates its state or its inputs cannot be split"):
+        sft.compile(counting, (x,), plan=_split_plan(counting, (x,)))
+
+
+def test_a_failing_part_fails_the_call_and_the_helpers_serve_the_next():
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(8, 256)
+    compiled = sft.compile(model, (x,), plan=_split_plan(model, (x,)))
+    parts = compiled._device()
+    assert isinstance(parts, PartsLoaded)
+    state = [compiled._device_state[name] for name, _, _ in compiled.signature.state]
+    with pytest.raises(sft.SftError, match="does not divide into 2 parts"):
+        parts.call_on_device(*state, np.zeros((7, 256), np.float32))
+    with pytest.raises(sft.SftError, match="failed at run time"):  # each part's rows too wide
+        parts.call_on_device(*state, np.zeros((8, 512), np.float32))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
