@@ -35,7 +35,7 @@ from .tuning_db import TuningDB
 _TYPES = {2: "f16", 4: "f32", 8: "f64"}
 MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary about that much)
 TOGETHER_BYTES = 1 << 30  # verify's candidates share their timing processes up to this much input
-SEARCH_REVISION = 31  # bump when the space or the cost model changes what a search would pick
+SEARCH_REVISION = 32  # bump when the space or the cost model changes what a search would pick
 
 
 def kernel_program(kernel: Kernel, config: KernelConfig | None) -> str:
@@ -154,7 +154,7 @@ def measure_kernel(choice: KernelChoice, target: Target, db: TuningDB,
 def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            db: TuningDB, top_options: int = TOP_OPTIONS, top_k: int = 3, rounds: int = 5,
            progress=None, keep: tuple[int, ...] = (), resident: tuple[int, ...] = (),
-           storage: tuple = (), farm=None) -> Plan:
+           storage: tuple = (), farm=None, extra: dict | None = None, joins=()) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles;
     the best of each driver, fusion and convolution strategy among them; a packed one IREE cannot
     compile with its contractions alone) and IREE's default, all timed side by side in each of
@@ -162,7 +162,8 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     `lower_plan(plan)` gives the program text a plan compiles from. Programs are timed on
     `inputs` as the compiled object calls them: those at `resident` (the model's state, donated
     inputs) uploaded once, the results at `keep` (a training step's new state) left there, and
-    output storage of the `storage` specs passed after the arguments."""
+    output storage of the `storage` specs passed after the arguments. `extra` adds plans
+    by name (a batch split, whose parts' results join along `joins`: `backend.parts`)."""
     tiles = ()
     tiled = next((o for o in report.ranked if o.options.keeps_tiles), None)
     if tiled is not None:
@@ -174,7 +175,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
             if result.best != 0:
                 picked.append((choice.kernel.op_id, choice.space.config(result.best)))
         tiles = tuple(picked)
-    candidates = program_candidates(report, tiles, top_options)
+    candidates = {**program_candidates(report, tiles, top_options), **(extra or {})}
     variants, plans, texts, jobs = {}, {}, {}, {}
     for name, plan in candidates.items():
         # Option sets differ in flags and driver, not in the program: lower each program once.
@@ -211,7 +212,8 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     # parallel executor (up to 1.55x for its whole life on a 2-core VM) is shared by what runs
     # in it, and had decided picks when each candidate had a process of its own. Where the
     # candidates' inputs would not fit many times over in one process, each gets its own.
-    builders = {name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident, storage))
+    builders = {name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident, storage,
+                                     plans[name].batch_split, tuple(joins)))
                 for name, v in variants.items()}
     together = sum(np.asarray(a).nbytes for a in inputs) * len(builders) <= TOGETHER_BYTES
     if farm is not None:

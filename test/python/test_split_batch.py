@@ -86,3 +86,43 @@ def test_a_failing_part_fails_the_call_and_the_helpers_serve_the_next():
         parts.call_on_device(*state, np.zeros((8, 512), np.float32))
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def _two_cores(target):
+    import dataclasses
+
+    return dataclasses.replace(target, desc=dataclasses.replace(target.desc, cores=2))
+
+
+def test_the_search_offers_a_split_only_where_rows_are_independent():
+    import dataclasses
+
+    from sft.search.batch_split import batch_split_of
+    from sft.targets import get_target
+
+    two, one = _two_cores(get_target("host")), get_target("host")
+    one = dataclasses.replace(one, desc=dataclasses.replace(one.desc, cores=1))
+    mlp, x = MLP().eval(), torch.randn(6, 256)
+    program, _ = prepare(mlp, (x,))
+    assert batch_split_of(program, two) == (2, len(program.signature.state))
+    assert batch_split_of(program, one) == ()
+    odd, _ = prepare(mlp, (torch.randn(5, 256),))
+    assert batch_split_of(odd, two) == ()  # 5 rows do not divide among 2 cores
+    norm = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).train()
+    assert batch_split_of(prepare(norm, (torch.randn(4, 8),))[0], two) == ()
+
+
+def test_verify_times_the_split_beside_the_whole_batch_and_keeps_numerics(monkeypatch):
+    import sft.search.batch_split as batch_split
+    import sft.search.strategy as strategy
+
+    monkeypatch.setattr(strategy, "batch_split_of",
+                        lambda program, target: batch_split.batch_split_of(program, _two_cores(target)))
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(16, 256)
+    compiled = sft.compile(model, (x,), search="verify")
+    timed = [k for k in compiled.search.measured if k.startswith("program batch in 2 parts")]
+    assert timed and compiled.search.measured[timed[0]] is not None
+    assert compiled.search.measured["predicted split"] > 0
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)

@@ -18,8 +18,9 @@ what it returns. It answers on its stdout, one JSON object a line:
                                                      warm-up that raised
     {"time": seconds_per_call}                       one round of `calls` calls of variant K,
                                                      after each "go K" (and after calls/5
-                                                     untimed ones: the first calls after the
-                                                     pause between turns run cold, 1.5-2x
+                                                     untimed ones, and at least `WARM_S`
+                                                     seconds of them: the first calls after
+                                                     the pause between turns run cold, 1.5-2x
                                                      slower for a 1.5 ms training step)
     {"failed": "traceback text"}                     variant K raised (in this round or before)
     {"error": "text"}                                the request could not be read; it exits
@@ -37,6 +38,14 @@ import pickle
 import sys
 import time
 import traceback
+
+
+# Each turn runs untimed for at least this long first. After the pause between turns, a VM's
+# two vCPUs ran on one host core for ~55 ms: a call split over both cores (`backend.parts`)
+# took 450 us for its first 120 calls, then 300 (a 2-core Zen 4 VM under KVM, the calling
+# thread's part twice as long as its steady 200 us, the other thread's not); one thread alone
+# was 400 throughout. A variant is timed as it runs when called back to back.
+WARM_S = 0.1
 
 
 def finite(value) -> bool | None:
@@ -92,8 +101,11 @@ def _serve(request_path: str, answer) -> None:
             answer({"failed": failed[i]})
             continue
         try:
-            for _ in range(calls // 5):
+            warm = time.perf_counter() + WARM_S
+            for k in range(max(calls // 5, 1) * 1000):
                 fns[i]()
+                if k + 1 >= calls // 5 and time.perf_counter() >= warm:
+                    break
             start = time.perf_counter()
             for _ in range(calls):
                 fns[i]()

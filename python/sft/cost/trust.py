@@ -20,11 +20,13 @@ from dataclasses import dataclass
 
 from ..space.options import FORMATION_FLAGS, UKERNELS
 
-KINDS = ("driver", "formation", "ukernels", "tiles", "rewrites")
+KINDS = ("driver", "formation", "ukernels", "tiles", "rewrites", "split")
 # Before measurement: a kind of decision whose errors were seen large (the driver, formation:
 # up to 1.9x on one program) must predict a large gain; tiles already pass a per-kernel margin
 # (targets/cpu.py UNCALIBRATED_MARGIN) and rewrites one of their own (strategy REWRITE_MARGIN).
-UNMEASURED = {"driver": 1.30, "formation": 1.20, "ukernels": 1.20, "tiles": 1.05, "rewrites": 1.03}
+# A batch split (parts side by side on threads of their own) is held as high as the driver.
+UNMEASURED = {"driver": 1.30, "formation": 1.20, "ukernels": 1.20, "tiles": 1.05, "rewrites": 1.03,
+              "split": 1.30}
 NOISE = 1.03  # a measured factor is never below the run-to-run noise of a program's time
 
 
@@ -36,6 +38,7 @@ def decision_kinds(plan) -> tuple[str, ...]:
         "ukernels": UKERNELS in plan.flags,
         "tiles": bool(plan.tiles or plan.low_precision),
         "rewrites": bool(plan.orient or plan.expand or plan.orders),
+        "split": bool(plan.batch_split),
     }
     return tuple(k for k in KINDS if found[k])
 

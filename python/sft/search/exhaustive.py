@@ -70,6 +70,9 @@ class SearchReport:
     # cannot build them packed with their consumers (`strategy._take_profiles`)
     packed_alone: tuple[int, ...] = ()
     default_predicted: float = math.inf  # IREE's default plan (its options, configs): predicted
+    # the chosen plan's predicted seconds as far as trusted (`Target.trust`), what an
+    # alternative to it (a batch split) must beat
+    pick_score: float = math.inf
 
     @property
     def as_formed(self) -> float:

@@ -39,6 +39,8 @@ from ..space.kernels import contraction_kernels
 from ..space.options import DATA_TILING, FORMATION_FLAGS, IM2COL
 from ..targets import Target
 from ..tuning_db import TuningDB
+from ..passes.split_batch import result_dims
+from .batch_split import batch_split_of, part_text, split_pick
 from .candidates import contractions_alone, each_alone, plan_of
 from .chains import choose_orders, plan_orders
 from .exhaustive import SearchReport, search_program
@@ -178,6 +180,7 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     plans = [(option, option_plan(report, option, casts[rewrite])) for option in report.ranked]
     score = lambda pair: target.trust.pessimistic(pair[1], pair[0].predicted)  # noqa: E731
     best, plan = min(plans, key=score)
+    report.pick_score = min(score((best, plan)), report.default_predicted)
     if score((best, plan)) >= report.default_predicted and plan != Plan():
         report.chosen = _distrusted(report, best, plan, target)
         return Plan(im2col=convs, split=sums, flags=options[0].flags), report
@@ -270,14 +273,27 @@ def searched_plan(program: Program, target: Target, search: str,
             pass  # a stored record that no longer reads: search again, and overwrite it
     farm = connect(farm) if search == "verify" else None  # before the search: fail fast
     plan, report = search_plan(program.sft_text, target, precision)
+    split, split_plan = batch_split_of(program, target) if precision == "f32" else (), None
+    if split:  # the batch in parts side by side: the program for one part searched too
+        part_report = search_plan(part_text(program, split), target, precision)[1]
+        found = split_pick(part_report, split, option_plan)
+        if found is not None:
+            split_plan, predicted = found
+            report.measured["predicted split"] = predicted
+            if search == "model" and target.trust.pessimistic(split_plan, predicted) < report.pick_score:
+                report.chosen = (f"{split_plan.describe()[0]} ({predicted * 1e6:.0f} us a call "
+                                 f"predicted); each part: {part_report.chosen}")
+                plan = split_plan
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
             keep, resident, storage = program.timing_layout(target)
             text_of = lambda p: program.for_iree(  # noqa: E731
                 program.linalg if p.as_imported else lower(program.module(), p, target)[1], target)
+            extra = {f"{split_plan.describe()[0]}": split_plan} if split_plan else {}
             plan = verify(report, text_of, target,
                           program.timing_inputs(), db, progress=bar.update,
-                          keep=keep, resident=resident, storage=storage, farm=farm)
+                          keep=keep, resident=resident, storage=storage, farm=farm,
+                          extra=extra, joins=result_dims(program.module(), split) if extra else ())
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
 

@@ -84,6 +84,9 @@ class Target:
     # builds: IREE's CPU code walked them 2 columns at a time (168 -> 33 us for a batch norm's
     # two sums on a Zen 4 core). Not measured on a GPU.
     split_outer_sums: bool = False
+    # An inference program whose rows are independent may run as parts of its batch side by
+    # side, one thread a part (`passes.split_batch`, `search.batch_split`): a CPU's cores.
+    split_batches: bool = False
 
     @property
     def searched_codegen(self) -> Codegen | None:

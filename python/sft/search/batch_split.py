@@ -1,0 +1,66 @@
+"""The batch split as a search decision (`Plan.batch_split`, `passes/split_batch.py`): which
+arguments carry the batch and in how many parts, and the split's plan from a search of the
+program for one part.
+
+A split runs its parts on one thread each (`backend/parts.py`), so the part's plan is the best
+predicted among the option sets on IREE's local-sync, priced at that prediction plus what the
+split itself costs on this host (`split_overhead`: the hand-over measured here). It competes
+with the whole program's pick: under the trust gate with search="model" (`Trust`'s "split"
+kind), timed side by side with search="verify".
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..backend.parts import split_overhead
+from ..errors import SftError
+from ..ir import print_module
+from ..passes.split_batch import SplitBatchPass, result_dims
+from ..plan import Plan
+from ..program import Program
+from ..targets import Target
+
+
+def batch_split_of(program: Program, target: Target) -> tuple[int, ...]:
+    """(parts, argument, ...) for `program` on `target`: the user inputs whose dim 0 is the
+    batch (the first input's), in the most parts up to the target's cores that divide it; ()
+    where a split is not offered (one core, a GPU, a call that updates state or its inputs, no
+    batch) or the program's rows are not independent (`split_batch`'s proof)."""
+    sig = program.signature
+    if not target.split_batches or target.desc.cores < 2 or any(
+            r is not None and r.kind in ("state", "device") for r in sig.results or []):
+        return ()
+    shapes = [shape for shape, _ in sig.inputs]
+    if not shapes or not shapes[0]:
+        return ()
+    batch = shapes[0][0]
+    parts = max((p for p in range(2, target.desc.cores + 1) if batch % p == 0), default=0)
+    args = tuple(len(sig.state) + i for i, s in enumerate(shapes) if s and s[0] == batch)
+    if not parts:
+        return ()
+    split = (parts, *args)
+    try:
+        result_dims(program.module(), split)
+    except SftError:
+        return ()
+    return split
+
+
+def part_text(program: Program, split: tuple[int, ...]) -> str:
+    """The sft text of the program for one part of its batch."""
+    module = program.module()
+    SplitBatchPass(split)(module)
+    return print_module(module)
+
+
+def split_pick(report, split: tuple[int, ...], plan_of_option) -> tuple[Plan, float] | None:
+    """The split's plan and predicted seconds a call, from the search `report` of the program
+    for one part: its best predicted option set on one thread (`plan_of_option(report, option)`
+    builds the plan), or None where the search ranked none."""
+    serial = [o for o in report.ranked if o.options.serial]
+    if not serial:
+        return None
+    best = min(serial, key=lambda o: o.predicted)
+    plan = replace(plan_of_option(report, best), batch_split=split)
+    return plan, best.predicted + split_overhead(split[0])
