@@ -13,7 +13,7 @@ import numpy as np
 from . import ir
 from .errors import SftError
 from .importers import import_mlir_file, import_mlir_text, import_torch
-from .passes import LowerPass, RaisePass, VerifyPass
+from .passes import LowerPass, RaisePass, SumLoneLoopsPass, VerifyPass
 from .decisions.kind import IREE, SFT
 from .passes.apply_plan import DropOpIdsPass
 from .passes.f64_math import ExpandF64MathPass
@@ -28,6 +28,7 @@ def to_sft(linalg_text: str, filename: str = "<input>"):
     module = ir.parse(ir.sft_context(), linalg_text, filename)
     ir.verify(module, filename)
     RaisePass()(module)  # sft ops already in the input stay as they are
+    SumLoneLoopsPass()(module)  # (every program sft states has none: `passes.lone_sums`)
     VerifyPass()(module)
     return module
 

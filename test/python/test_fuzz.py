@@ -235,8 +235,10 @@ def test_tiles_of_a_contraction_with_the_summed_loop_first():
 
 
 # out[m] = sum_{s, t} a[s, m] * b[t]: each summed loop indexes one operand only, with a
-# parallel loop between them. sft-lower emits a valid linalg.generic, which IREE's CPU
-# vectorizer refuses; (2, 3) x (3,) -> (3,) with one such loop compiles.
+# parallel loop between them; and a dot of x with a broadcast of y (IREE fuses the broadcast in:
+# y then indexes one loop of three). IREE's CPU vectorizer refuses both as written ("'vector.
+# contract' op invalid accumulator/result vector shape"); sft sums each lone loop over its
+# input first (`passes.lone_sums`).
 ONE_OPERAND_SUMS = """func.func @main(%a: tensor<2x3xf32>, %b: tensor<5xf32>) -> tensor<3xf32> {
   %zero = arith.constant 0.0 : f32
 """ + fill("%fill", (3,)) + """  %r = "sft.contract"(%a, %b, %fill) {domain = array<i64: 2, 3, 5>,
@@ -245,16 +247,25 @@ ONE_OPERAND_SUMS = """func.func @main(%a: tensor<2x3xf32>, %b: tensor<5xf32>) ->
   return %r : tensor<3xf32>
 }
 """
+DOT_WITH_A_BROADCAST = """func.func @main(%x: tensor<2x1x2xf32>, %y: tensor<2xf32>) -> tensor<f32> {
+  %zero = arith.constant 0.0 : f32
+  %yb = "sft.view"(%y) {map = affine_map<(d0, d1, d2) -> (d2)>} : (tensor<2xf32>) -> tensor<2x1x2xf32>
+""" + fill("%fill", ()) + """  %r = "sft.contract"(%x, %yb, %fill) {domain = array<i64: 2, 1, 2>,
+      maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>]}
+      : (tensor<2x1x2xf32>, tensor<2x1x2xf32>, tensor<f32>) -> tensor<f32>
+  return %r : tensor<f32>
+}
+"""
 
 
-@pytest.mark.xfail(strict=True, reason="iree-compile fails ('vector.contract' op invalid accumulator/"
-                                       "result vector shape) on a contraction summing loops that only "
-                                       "one operand indexes; sft lowers it as written")
-def test_contraction_summing_loops_of_one_operand_each():
-    compiled = sft.compile(ONE_OPERAND_SUMS)
+def test_contractions_summing_loops_of_one_operand_each():
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((2, 3), np.float32), rng.standard_normal(5, np.float32)
-    np.testing.assert_allclose(compiled(a, b), a.sum(0) * b.sum(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(sft.compile(ONE_OPERAND_SUMS)(a, b), a.sum(0) * b.sum(), rtol=1e-5, atol=1e-5)
+    x, y = rng.standard_normal((2, 1, 2), np.float32), rng.standard_normal(2, np.float32)
+    got = sft.compile(DOT_WITH_A_BROADCAST)(x, y)
+    assert np.shape(got) == () and np.asarray(got).dtype == np.float32
+    np.testing.assert_allclose(got, (x * y).sum(), rtol=1e-5, atol=1e-5)
 
 
 # Two chains, the second reading the first's result (which is also returned, so the chains

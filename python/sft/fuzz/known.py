@@ -9,8 +9,6 @@ from __future__ import annotations
 FUSION_DT = {"--iree-dispatch-creation-enable-aggressive-fusion", "--iree-opt-data-tiling"}
 
 KNOWN = {
-    "iree-one-operand-reduction": lambda prog, plan, out, target: out.kind in ("reject", "plan-compile") and
-        "one-operand-reduction" in prog.features and "'vector.contract' op invalid accumulator" in out.detail,
     "iree-data-tiling-segfault": lambda prog, plan, out, target: out.kind == "plan-compile" and
         "--iree-opt-data-tiling" in plan.flags and "iree-compile crashed (killed by SIGSEGV)" in out.detail,
     "reduce-body-ignores-inputs": lambda prog, plan, out, target: out.kind in ("wrong", "reject") and

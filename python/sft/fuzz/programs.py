@@ -262,8 +262,6 @@ class Builder(ScalarBodies, ViewOps):
             loops.append(("t", self.ch.pick(self.sizes)))                 # summed, rhs only
         if math.prod(s for _, s in loops) > MAX_DOMAIN:
             return None
-        if any(r in "st" for r, _ in loops):
-            self.features.add("one-operand-reduction")
         order = list(range(len(loops)))                              # loop i is domain dim pos[i]
         if batch is None and self.ch.flag(0.4):
             self.shuffle(order)

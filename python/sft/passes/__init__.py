@@ -5,6 +5,7 @@ from .f64_math import ExpandF64MathPass
 from .im2col import Im2colPass
 from .split_batch import SplitBatchPass
 from .split_reduction import SplitReductionPass
+from .lone_sums import SumLoneLoopsPass
 from .low_precision import LowPrecisionPass
 from .lower import LowerPass
 from .orient import OrientPass
@@ -14,6 +15,6 @@ from .verify import VerifyPass
 
 PASSES = {p.name: p for p in (RaisePass, LowerPass, VerifyPass, ReassociatePass, ExpandBatchPass,
                                   LowPrecisionPass, ExpandF64MathPass, OrientPass, Im2colPass,
-                                  SplitReductionPass, SplitBatchPass)}
+                                  SplitReductionPass, SplitBatchPass, SumLoneLoopsPass)}
 
-__all__ = ["PASSES", "ExpandBatchPass", "ExpandF64MathPass", "Im2colPass", "LowPrecisionPass", "LowerPass", "OrientPass", "RaisePass", "ReassociatePass", "SplitBatchPass", "SplitReductionPass", "VerifyPass"]
+__all__ = ["PASSES", "ExpandBatchPass", "ExpandF64MathPass", "Im2colPass", "LowPrecisionPass", "LowerPass", "OrientPass", "RaisePass", "ReassociatePass", "SplitBatchPass", "SplitReductionPass", "SumLoneLoopsPass", "VerifyPass"]
