@@ -33,7 +33,8 @@ NOISE = 1.03  # a measured factor is never below the run-to-run noise of a progr
 def decision_kinds(plan) -> tuple[str, ...]:
     """The kinds of decision in which `plan` departs from IREE's default (an empty plan: none)."""
     found = {
-        "driver": bool(plan.driver),
+        # a batch split runs its parts on one thread each: its driver is the split's own
+        "driver": bool(plan.driver) and not plan.batch_split,
         "formation": any(f in FORMATION_FLAGS for f in plan.flags),
         "ukernels": UKERNELS in plan.flags,
         "tiles": bool(plan.tiles or plan.low_precision),
