@@ -54,13 +54,14 @@ def part_text(program: Program, split: tuple[int, ...]) -> str:
     return print_module(module)
 
 
-def split_pick(report, split: tuple[int, ...], plan_of_option) -> tuple[Plan, float] | None:
-    """The split's plan and predicted seconds a call, from the search `report` of the program
-    for one part: its best predicted option set on one thread (`plan_of_option(report, option)`
-    builds the plan), or None where the search ranked none."""
+def split_pick(report, split: tuple[int, ...], plan_of_option) -> tuple[Plan, float, str] | None:
+    """The split's plan, predicted seconds a call and the report's words for it, from the
+    search `report` of the program for one part: its best predicted option set on one thread
+    (`plan_of_option(report, option)` builds the plan), or None where the search ranked none."""
     serial = [o for o in report.ranked if o.options.serial]
     if not serial:
         return None
     best = min(serial, key=lambda o: o.predicted)
     plan = replace(plan_of_option(report, best), batch_split=split)
-    return plan, best.predicted + split_overhead(split[0])
+    words = "; ".join([plan.describe()[0], f"each part: {best.options.describe()}", *plan.describe()[1:]])
+    return plan, best.predicted + split_overhead(split[0]), words

@@ -273,23 +273,23 @@ def searched_plan(program: Program, target: Target, search: str,
             pass  # a stored record that no longer reads: search again, and overwrite it
     farm = connect(farm) if search == "verify" else None  # before the search: fail fast
     plan, report = search_plan(program.sft_text, target, precision)
-    split, split_plan = batch_split_of(program, target) if precision == "f32" else (), None
+    split = batch_split_of(program, target) if precision == "f32" else ()
+    split_plan = None
     if split:  # the batch in parts side by side: the program for one part searched too
         part_report = search_plan(part_text(program, split), target, precision)[1]
         found = split_pick(part_report, split, option_plan)
         if found is not None:
-            split_plan, predicted = found
-            report.measured["predicted split"] = predicted
+            split_plan, predicted, words = found
+            report.measured["predicted split"] = predicted  # (a prediction, for the report)
             if search == "model" and target.trust.pessimistic(split_plan, predicted) < report.pick_score:
-                report.chosen = (f"{split_plan.describe()[0]} ({predicted * 1e6:.0f} us a call "
-                                 f"predicted); each part: {part_report.chosen}")
+                report.chosen = f"{words} ({predicted * 1e6:.0f} us a call predicted)"
                 plan = split_plan
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
             keep, resident, storage = program.timing_layout(target)
             text_of = lambda p: program.for_iree(  # noqa: E731
                 program.linalg if p.as_imported else lower(program.module(), p, target)[1], target)
-            extra = {f"{split_plan.describe()[0]}": split_plan} if split_plan else {}
+            extra = {split_plan.describe()[0]: split_plan} if split_plan else {}
             plan = verify(report, text_of, target,
                           program.timing_inputs(), db, progress=bar.update,
                           keep=keep, resident=resident, storage=storage, farm=farm,
