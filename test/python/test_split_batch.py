@@ -112,6 +112,28 @@ def test_the_search_offers_a_split_only_where_rows_are_independent():
     assert batch_split_of(prepare(norm, (torch.randn(4, 8),))[0], two) == ()
 
 
+def test_a_jax_function_is_split_along_its_data_not_its_parameters():
+    import jax.numpy as jnp
+
+    from sft.search.batch_split import batch_split_of
+    from sft.targets import get_target
+
+    def mlp(p, x):
+        return jnp.tanh(x @ p["w"] + p["b"])
+
+    rng = np.random.default_rng(0)
+    params = {"b": jnp.asarray(rng.standard_normal(32), jnp.float32),
+              "w": jnp.asarray(rng.standard_normal((64, 32)), jnp.float32)}
+    x = jnp.asarray(rng.standard_normal((8, 64)), jnp.float32)
+    program, _ = prepare(mlp, (params, x))
+    split = batch_split_of(program, _two_cores(get_target("host")))
+    assert split == (2, len(program.signature.inputs) - 1)  # x, the last input; not w (64 rows)
+    compiled = sft.compile(mlp, (params, x), plan=Plan(batch_split=split, driver="local-sync"))
+    got = compiled(params, x)
+    assert got.shape == (8, 32) and got.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(got), np.asarray(mlp(params, x)), rtol=1e-5, atol=1e-5)
+
+
 def test_verify_times_the_split_beside_the_whole_batch_and_keeps_numerics(monkeypatch):
     import sft.search.batch_split as batch_split
     import sft.search.strategy as strategy

@@ -24,27 +24,26 @@ from ..targets import Target
 
 def batch_split_of(program: Program, target: Target) -> tuple[int, ...]:
     """(parts, argument, ...) for `program` on `target`: the user inputs whose dim 0 is the
-    batch (the first input's), in the most parts up to the target's cores that divide it; ()
-    where a split is not offered (one core, a GPU, a call that updates state or its inputs, no
-    batch) or the program's rows are not independent (`split_batch`'s proof)."""
+    batch, in the most parts up to the target's cores that divide it; () where a split is not
+    offered (one core, a GPU, a call that updates state or its inputs) or no batch makes the
+    program's rows independent (`split_batch`'s proof). The batch is the first dim-0 extent,
+    from the last input back (a JAX function's parameters come before its data), that the
+    proof accepts with every input of that extent cut."""
     sig = program.signature
     if not target.split_batches or target.desc.cores < 2 or any(
             r is not None and r.kind in ("state", "device") for r in sig.results or []):
         return ()
     shapes = [shape for shape, _ in sig.inputs]
-    if not shapes or not shapes[0]:
-        return ()
-    batch = shapes[0][0]
-    parts = max((p for p in range(2, target.desc.cores + 1) if batch % p == 0), default=0)
-    args = tuple(len(sig.state) + i for i, s in enumerate(shapes) if s and s[0] == batch)
-    if not parts:
-        return ()
-    split = (parts, *args)
-    try:
-        result_dims(program.module(), split)
-    except SftError:
-        return ()
-    return split
+    for batch in dict.fromkeys(s[0] for s in reversed(shapes) if s):
+        parts = max((p for p in range(2, target.desc.cores + 1) if batch % p == 0), default=0)
+        split = (parts, *(len(sig.state) + i for i, s in enumerate(shapes) if s and s[0] == batch))
+        try:
+            if parts:
+                result_dims(program.module(), split)
+                return split
+        except SftError:
+            continue
+    return ()
 
 
 def part_text(program: Program, split: tuple[int, ...]) -> str:
