@@ -224,6 +224,14 @@ def analyse(module, parts: int, args: tuple[int, ...]) -> _Analysis:
         for value, dim in [*((v, c.dim) for v, c in an.carry.items()), *an.halve.items()]:
             if static_shape(value)[dim] % parts:
                 raise _Refused(f"a dim of {static_shape(value)[dim]} does not divide into {parts}")
+        # every reader of the batch is an op the walk carried it through (or the return): an
+        # op nested in another's region (sft.opaque's, capturing it) is not
+        carriers = {operation(v.owner) for v in an.carry if not isinstance(v.owner, tm.Block)}
+        for value in an.carry:
+            for use in value.uses:
+                reader = operation(use.owner)
+                if reader.name != "func.return" and reader not in carriers:
+                    raise _Refused(f"{reader.name} reads the batch (at {where(reader.location)})")
         # a divided constant must not also be read whole (nor returned)
         for value in an.halve:
             readers = [op for v, op in an.divided_reads if v == value]

@@ -13,6 +13,7 @@ and JAX).
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 from collections import defaultdict
 
 from tqdm import tqdm
@@ -22,12 +23,16 @@ BETWEEN = "(between dispatches)"  # the row of a call's time outside every dispa
 
 def programs(program) -> dict[str, tuple[str, tuple[str, ...]]]:
     """{"iree": (the front end's linalg, ()), "sft": (sft's planned program, its flags)} for a
-    prepared program, both as IREE compiles them (the same arguments)."""
+    prepared program, both as IREE compiles them (the same arguments: a plan that splits the
+    batch in parts is compiled whole, its other decisions kept)."""
     from ..api import compile_prepared
     from ..targets import get_target
 
     target = get_target("host")
     compiled = compile_prepared(program, program.module(), target, search="model", keep_ir=True)
+    if compiled.plan.batch_split:  # its kernels timed on the whole batch, as IREE's are
+        whole = replace(compiled.plan, batch_split=())
+        compiled = compile_prepared(program, program.module(), target, plan=whole, keep_ir=True)
     return {"iree": (program.for_iree(program.linalg, target), ()),
             "sft": (compiled.stages.planned, compiled.plan.flags)}
 
