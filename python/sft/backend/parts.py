@@ -12,8 +12,11 @@ MLP 521 us where one thread took 423.
 
 from __future__ import annotations
 
+import functools
 import os
+import statistics
 import threading
+import time
 
 import numpy as np
 
@@ -100,15 +103,12 @@ class PartsLoaded:
         calls = [(m, m.arguments(cut), m._list(1)) for m, cut in zip(self._loaded, cuts)]
         with _lock:
             helpers = _helper_threads(self.parts - 1)
+            for helper, (m, args, results) in zip(helpers, calls[1:]):  # theirs handed out first
+                helper.start(m.invoke, args, results)
             errors = []
-            for helper, (m, args, results) in [(None, calls[0]), *zip(helpers, calls[1:])][::-1]:
-                try:  # the helpers' parts handed out first, the caller's own part last
-                    m.invoke(args, results) if helper is None else helper.start(m.invoke, args, results)
-                except BaseException as err:
-                    errors.append(err)
-            for helper in helpers:
-                try:
-                    helper.wait()
+            for wait in [lambda: calls[0][0].invoke(*calls[0][1:]), *(h.wait for h in helpers)]:
+                try:  # every helper waited for, whatever failed
+                    wait()
                 except BaseException as err:
                     errors.append(err)
             if errors:
@@ -122,27 +122,20 @@ class PartsLoaded:
 # each part's argument list and read-back, the join (about 15 us a part on the 2-core Zen 4
 # VM, a 256-1024-256 MLP at batch 32).
 PART_COST_S = 15e-6
-_handoff: list[float] = []
-
-
+@functools.cache
 def handoff_seconds() -> float:
     """A helper thread woken and waited for, doing nothing: the median of 64 round trips in
     this process (measured once; about 50 us on the 2-core Zen 4 VM, where a cross-core
     wake-up takes about 25)."""
-    if not _handoff:
-        import statistics
-        import time
-
-        helper = _helper_threads(1)[0]
-        times = []
-        with _lock:
-            for _ in range(64):
-                start = time.perf_counter()
-                helper.start(lambda: None)
-                helper.wait()
-                times.append(time.perf_counter() - start)
-        _handoff.append(statistics.median(times))
-    return _handoff[0]
+    helper = _helper_threads(1)[0]
+    times = []
+    with _lock:
+        for _ in range(64):
+            start = time.perf_counter()
+            helper.start(lambda: None)
+            helper.wait()
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def split_overhead(parts: int) -> float:

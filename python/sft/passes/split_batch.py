@@ -23,7 +23,7 @@ are each part's results joined along the dim the batch is carried in (`result_di
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 
 from .. import dialect
@@ -50,14 +50,18 @@ class _Carry:
 
 @dataclass
 class _Analysis:
-    parts: int
-    batch: int           # the batch's extent (dim 0 of the batched arguments)
-    carry: dict          # value -> _Carry
-    halve: dict          # value not carrying the batch, constant along a dim -> that dim
-    domains: list        # (op, its batch loop) of each reduce and contract that has one
-    divided_reads: list  # (value in `halve`, the op reading it at its batch loop)
-    reshapes: list       # (view, kind, groups) of each reshape whose shapes change
-    results: list        # per function result: the dim its parts join along, or None
+    batch: int  # the batch's extent (dim 0 of the batched arguments)
+    carry: dict = field(default_factory=dict)  # value -> _Carry
+    # value not carrying the batch, constant along a dim -> that dim
+    halve: dict = field(default_factory=dict)
+    # (op, its batch loop) of each reduce and contract that has one
+    domains: list = field(default_factory=list)
+    # (value in `halve`, the op reading it at its batch loop)
+    divided_reads: list = field(default_factory=list)
+    # (view, kind, groups) of each reshape whose shapes change
+    reshapes: list = field(default_factory=list)
+    # per function result: the dim its parts join along, or None
+    results: list = field(default_factory=list)
 
 
 def _splat(op):
@@ -218,7 +222,7 @@ def analyse(module, parts: int, args: tuple[int, ...]) -> _Analysis:
         if len(batches) != 1 or min(batches) % parts or not min(batches):
             raise _Refused(f"the batched arguments' dim 0 ({sorted(batches)}) is not one batch "
                            f"that divides into {parts} parts")
-        an = _Analysis(parts, batches.pop(), {}, {}, [], [], [], [])
+        an = _Analysis(batches.pop())
         an.carry.update({block.arguments[i]: _Carry(0, 1) for i in args})
         _walk(block, an)
         for value, dim in [*((v, c.dim) for v, c in an.carry.items()), *an.halve.items()]:

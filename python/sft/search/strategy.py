@@ -280,12 +280,11 @@ def searched_plan(program: Program, target: Target, search: str,
         found = split_pick(part_report, split, option_plan)
         if found is not None:
             split_plan, predicted, words = found
-            report.measured["predicted split"] = predicted  # (a prediction, for the report)
             if search == "model" and target.trust.pessimistic(split_plan, predicted) < report.pick_score:
                 # the part's search is the report: its op ids (chains, choices) are the plan's
                 part_report.chosen = f"{words} ({predicted * 1e6:.0f} us a call predicted)"
-                part_report.measured["predicted split"] = predicted
                 plan, report = split_plan, part_report
+            report.measured["predicted split"] = predicted  # (a prediction, for the report)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
             keep, resident, storage = program.timing_layout(target)
