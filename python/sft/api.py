@@ -4,7 +4,7 @@ fallbacks are `search.strategy`'s), return a CompiledModel."""
 from __future__ import annotations
 
 from .compiled import CompiledModel, Stages
-from .passes.split_batch import result_dims
+from .passes.split_batch import split_layout
 from .plan import Plan
 from .program import Program, import_model, prepare
 from .search.strategy import check_precision, compile_program
@@ -75,6 +75,6 @@ def compile_prepared(program: Program, module, target: Target, plan: Plan | None
     plan, report, lowered, planned, artifact = compile_program(program, module, target, plan, search,
                                                                precision, farm)
     stages = Stages(program.linalg, program.sft_text, lowered, planned) if keep_ir else Stages()
-    joins = result_dims(program.module(), plan.batch_split) if plan.batch_split else []
+    layout = split_layout(program.module(), plan.batch_split) if plan.batch_split else None
     return CompiledModel(artifact, plan, program.signature, program.state, stages,
-                         count_opaque(program.sft_text), report, program.entry, program.seconds, joins)
+                         count_opaque(program.sft_text), report, program.entry, program.seconds, layout)

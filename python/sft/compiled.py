@@ -56,9 +56,8 @@ class CompiledModel:
     search: SearchReport | None = None
     entry: str = "main"
     seconds: dict = field(default_factory=dict)  # compile time per phase (import, raise, ...)
-    # per result, the dim a batch split's parts join along (`plan.batch_split`; None: the same
-    # in every part)
-    batch_joins: list = field(default_factory=list)
+    # how a batch split's parts make the results (`plan.batch_split`, `SplitLayout`)
+    split_layout: object = None
 
     def __post_init__(self):
         self._loaded = None
@@ -71,10 +70,14 @@ class CompiledModel:
         # one (`passes.output_storage`; two buffers per value, taking turns)
         self._storage_pairs = storage_pairs(self.signature) if self.artifact.target.state_in_place else []
         self._spare: dict[int, object] = {}
-        updates = [r for r in self.signature.results or [] if r is not None and r.kind in ("state", "device")]
-        if self.plan.batch_split and (updates or self._storage_pairs):
+        updates = [i for i, r in enumerate(self.signature.results or []) if r is not None
+                   and r.kind in ("state", "device")]
+        layout = self.split_layout
+        if self.plan.batch_split and (self._storage_pairs or (updates and not layout.sums)
+                                      or any(layout.joins[i] is not None for i in updates)):
             raise SftError("plan.batch_split runs parts of the batch side by side: a program that "
-                           "updates its state or its inputs cannot be split")
+                           "updates its state other than from sums over its batch, or in place, "
+                           "cannot be split")
         try:  # loaded now where its device is here: the state goes straight to it, uncopied
             self._device()
         except SftError:
@@ -101,8 +104,7 @@ class CompiledModel:
     def _device(self):
         """The module loaded on its device (the first time: loaded, and the state uploaded)."""
         if self._loaded is None and self.plan.batch_split:
-            parts, *batched = self.plan.batch_split
-            self._loaded = PartsLoaded(self.artifact, self.entry, parts, tuple(batched), self.batch_joins)
+            self._loaded = PartsLoaded(self.artifact, self.entry, self.plan.batch_split[0], self.split_layout)
         if self._loaded is None:
             self._loaded = load(self.artifact, entry=self.entry, driver=self.plan.driver)
             self._device_state = {name: self._loaded.upload(value) if isinstance(value, np.ndarray)

@@ -154,7 +154,7 @@ def measure_kernel(choice: KernelChoice, target: Target, db: TuningDB,
 def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            db: TuningDB, top_options: int = TOP_OPTIONS, top_k: int = 3, rounds: int = 5,
            progress=None, keep: tuple[int, ...] = (), resident: tuple[int, ...] = (),
-           storage: tuple = (), farm=None, extra: dict | None = None, joins=()) -> Plan:
+           storage: tuple = (), farm=None, extra: dict | None = None, layout=None) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles;
     the best of each driver, fusion and convolution strategy among them; a packed one IREE cannot
     compile with its contractions alone) and IREE's default, all timed side by side in each of
@@ -163,7 +163,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     `inputs` as the compiled object calls them: those at `resident` (the model's state, donated
     inputs) uploaded once, the results at `keep` (a training step's new state) left there, and
     output storage of the `storage` specs passed after the arguments. `extra` adds plans
-    by name (a batch split, whose parts' results join along `joins`: `backend.parts`)."""
+    by name (a batch split, whose parts make the results as `layout` says: `backend.parts`)."""
     tiles = ()
     tiled = next((o for o in report.ranked if o.options.keeps_tiles), None)
     if tiled is not None:
@@ -213,7 +213,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     # in it, and had decided picks when each candidate had a process of its own. Where the
     # candidates' inputs would not fit many times over in one process, each gets its own.
     builders = {name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident, storage,
-                                     plans[name].batch_split, tuple(joins)))
+                                     plans[name].batch_split, layout))
                 for name, v in variants.items()}
     together = sum(np.asarray(a).nbytes for a in inputs) * len(builders) <= TOGETHER_BYTES
     if farm is not None:

@@ -74,16 +74,44 @@ def _helper_threads(count: int) -> list[_Helper]:
 _lock = threading.Lock()
 
 
+class _Copied:
+    """A host value copied to the device once a call (`Loaded.arguments` passes its view)."""
+
+    __slots__ = ("_buffer_view",)
+
+    def __init__(self, view):
+        self._buffer_view = view
+
+
+def _side_by_side(calls: list) -> None:
+    """Each (loaded module, arguments, results) invoked at once: the first on this thread, each
+    other on a helper thread; every one waited for, the first failure raised."""
+    with _lock:
+        helpers = _helper_threads(len(calls) - 1)
+        for helper, (m, args, results) in zip(helpers, calls[1:]):  # theirs handed out first
+            helper.start(m.invoke, args, results)
+        errors = []
+        for wait in [lambda: calls[0][0].invoke(*calls[0][1:]), *(h.wait for h in helpers)]:
+            try:  # every helper waited for, whatever failed
+                wait()
+            except BaseException as err:
+                errors.append(err)
+        if errors:
+            raise errors[0]
+
+
 class PartsLoaded:
     """A module compiled for one of `parts` parts of the batch, loaded once per part on one
-    device; called with the whole batch: the arguments at `batched` (positions) are cut along
-    dim 0, the others passed to every part; `joins` says per result the dim its parts join
-    along (None: every part's is the same, the first part's is returned)."""
+    device, called with the whole batch as `layout` (`passes.split_batch.SplitLayout`) says:
+    the arguments at `layout.batched` cut along dim 0, the others passed to every part; the
+    parts' results that carry the batch joined along their dims, and where the parts sum over
+    their batch, the join functions called side by side on their partial sums for the other
+    results (left on the device: a training step's new state)."""
 
-    def __init__(self, artifact: Artifact, entry: str, parts: int, batched: tuple[int, ...],
-                 joins: list):
-        self.parts, self.batched, self.joins = parts, set(batched), list(joins)
+    def __init__(self, artifact: Artifact, entry: str, parts: int, layout):
+        self.parts, self.layout, self.batched = parts, layout, set(layout.batched)
         self._loaded = [Loaded(artifact, entry, PARTS_DRIVER) for _ in range(parts)]
+        self._joins = [Loaded(artifact, name, PARTS_DRIVER) for name in layout.join_entries]
         self.driver = PARTS_DRIVER
 
     def upload(self, array: np.ndarray):
@@ -93,29 +121,36 @@ class PartsLoaded:
         return self._loaded[0].allocate(shape, dtype)
 
     def call_on_device(self, *arrays) -> list:
-        """Every result on the host, joined (a part's results are read back to be joined)."""
+        """The results: those joined from the parts on the host, the joins' on the device."""
         arrays = [to_host(a) if i in self.batched else a for i, a in enumerate(arrays)]
         for i in self.batched:
             if i >= len(arrays) or np.ndim(arrays[i]) == 0 or len(arrays[i]) % self.parts:
                 raise SftError(f"argument {i} does not divide into {self.parts} parts along dim 0")
+        # every other host value copied in once, for every part and join function
+        arrays = [a if i in self.batched or hasattr(a, "_buffer_view")
+                  else _Copied(self._loaded[0].copied_in(a)) for i, a in enumerate(arrays)]
         cuts = [[a[k * len(a) // self.parts:(k + 1) * len(a) // self.parts] if i in self.batched
                  else a for i, a in enumerate(arrays)] for k in range(self.parts)]
         calls = [(m, m.arguments(cut), m._list(1)) for m, cut in zip(self._loaded, cuts)]
-        with _lock:
-            helpers = _helper_threads(self.parts - 1)
-            for helper, (m, args, results) in zip(helpers, calls[1:]):  # theirs handed out first
-                helper.start(m.invoke, args, results)
-            errors = []
-            for wait in [lambda: calls[0][0].invoke(*calls[0][1:]), *(h.wait for h in helpers)]:
-                try:  # every helper waited for, whatever failed
-                    wait()
-                except BaseException as err:
-                    errors.append(err)
-            if errors:
-                raise errors[0]
-        outs = [[to_host(o) for o in m.outputs(results)] for m, _, results in calls]
-        return [outs[0][j] if dim is None else np.concatenate([o[j] for o in outs], axis=dim)
-                for j, dim in enumerate(self.joins)]
+        _side_by_side(calls)
+        outs = [m.outputs(results) for m, _, results in calls]
+        joins = self.layout.joins
+        carried = [j for j, dim in enumerate(joins) if dim is not None]
+        if self._joins:  # each sum's partials, every part's in turn, to every join function
+            given = [a for i, a in enumerate(arrays) if i not in self.batched]
+            given += [out[len(carried) + i] for i in range(self.layout.sums) for out in outs]
+            calls = [(m, m.arguments(given), m._list(1)) for m in self._joins]
+            _side_by_side(calls)
+            rest = [None] * sum(map(len, self.layout.join_groups))
+            for (m, _, results), group in zip(calls, self.layout.join_groups):
+                for i, out in zip(group, m.outputs(results)):
+                    rest[i] = out
+            rest = iter(rest)
+        else:  # the same in every part: the first part's
+            rest = iter(to_host(o) for o in outs[0][len(carried):])
+        joined = iter(np.concatenate([to_host(out[k]) for out in outs], axis=joins[j])
+                      for k, j in enumerate(carried))
+        return [next(rest) if dim is None else next(joined) for dim in joins]
 
 
 # What a split call costs beyond its slowest part, besides the hand-over: cutting the batch,

@@ -168,12 +168,14 @@ class Loaded:
         args = self._list(len(arrays))
         for array in arrays:
             view = getattr(array, "_buffer_view", None)  # a device array: passed as it is
-            if view is None:  # host values (an array, a numpy scalar): copied in
-                array = np.asarray(array)
-                view = self.guarded(self._allocate_copy, self._memory_type, self._usage,
-                                    self._device, array, _element_type(array.dtype))
-            args.push_ref(view)
+            args.push_ref(view if view is not None else self.copied_in(array))
         return args
+
+    def copied_in(self, value):
+        """A host value (an array, a numpy scalar) copied to the device, as a buffer view."""
+        array = np.asarray(value)
+        return self.guarded(self._allocate_copy, self._memory_type, self._usage, self._device,
+                            array, _element_type(array.dtype))
 
     def invoke(self, args, results) -> None:
         """The module's entry on `args` (from `arguments`), on this thread, into `results`."""

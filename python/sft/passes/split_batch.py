@@ -32,6 +32,7 @@ from ..errors import IllegalPlan
 from ..ir import tm, where
 from . import indexing as ix
 from .common import functions, map_list, operation, ops_of, static_shape
+from .split_join import clone_function, join_functions, join_groups, join_name, set_results
 
 
 class _Refused(Exception):
@@ -62,6 +63,14 @@ class _Analysis:
     reshapes: list = field(default_factory=list)
     # per function result: the dim its parts join along, or None
     results: list = field(default_factory=list)
+    # results of sums over the batch loop (each part sums its own rows: `_sums_batch`), in order
+    sums: list = field(default_factory=list)
+    # values computed from those sums: the join function's (`split_join.py`)
+    joined: set = field(default_factory=set)
+    # tensor.extract ops nested in a carrier op that read its own rows of a batch (`_own_rows`)
+    row_reads: set = field(default_factory=set)
+    # divided fill -> (reader, operand position) of each read of it whole
+    whole_reads: dict = field(default_factory=dict)
 
 
 def _splat(op):
@@ -100,6 +109,25 @@ def _index_dims(op) -> set[int]:
         return set()
     return {tm.IntegerAttr(o.attributes["dim"]).value for o in ops_of(op.regions[0].blocks[0])
             if o.name == "sft.index"}
+
+
+def _own_rows(op, loop: int, inner: int, an: _Analysis) -> set:
+    """The tensor.extract ops in `op`'s body that read a value carrying the batch at the row of
+    `op`'s batch loop (a cross-entropy's gather of each row's label: a part reads its own
+    rows); _Refused where the body reads that loop's index for anything else."""
+    found = set()
+    for index in ops_of(op.regions[0].blocks[0]):
+        if index.name != "sft.index" or tm.IntegerAttr(index.attributes["dim"]).value != loop:
+            continue
+        for use in index.results[0].uses:
+            reader = operation(use.owner)
+            source = reader.operands[0] if reader.name == "tensor.extract" else None
+            carry = an.carry.get(source) if source is not None else None
+            if carry is None or use.operand_number - 1 != carry.dim or carry.inner != inner:
+                raise _Refused("an op's body reads the batch loop's index other than as the row "
+                               "of a batch it reads")
+            found.add(reader)
+    return found
 
 
 def _view_carry(op, carry: _Carry, an: _Analysis) -> _Carry:
@@ -156,7 +184,7 @@ def _op_carry(op, an: _Analysis, memo: dict) -> None:
         raise _Refused("an op reads the batches of two inputs in different ways")
     (loop, inner), = loops.items()
     if loop in _index_dims(op):
-        raise _Refused("an op's body reads the batch loop's index")
+        an.row_reads |= _own_rows(op, loop, inner, an)
     for value, m in reads:
         positions = [p for p, e in enumerate(m.results) if loop in ix.dims_of(e)]
         if value in an.carry:
@@ -171,19 +199,61 @@ def _op_carry(op, an: _Analysis, memo: dict) -> None:
                 raise _Refused("a value divided along two dims")
             an.divided_reads.append((value, op))
     written = [p for p, e in enumerate(out_map.results) if loop in ix.dims_of(e)]
+    if not written and _sums_batch(op):  # each part sums its rows; the join adds the parts'
+        an.sums.append(result)
+        an.domains.append((op, loop))
+        return
     if len(written) != 1 or ix.plain_dim(out_map.results[written[0]]) != loop:
-        raise _Refused("an op sums over the batch (a mean or a norm across it)")
+        raise _Refused("an op reduces over the batch other than by a sum from zero (a max "
+                       "across it, a sum onto a value)")
     an.carry[result] = _Carry(written[0], inner)
     if op.name != "sft.map":
         an.domains.append((op, loop))
+
+
+def _fill_scalar(owner):
+    """The scalar attribute a fill or a splat constant holds everywhere, or None."""
+    splat = _splat(owner)
+    if splat is not None:
+        return splat.get_splat_value()
+    scalar = dialect.fill_value(owner)
+    const = operation(scalar.owner) if scalar is not None else None
+    return const.attributes["value"] if getattr(const, "name", "") == "arith.constant" else None
+
+
+def _sums_batch(op) -> bool:
+    """Whether `op`, not writing its batch loop, sums over it from zero: a contraction or an
+    add reduction whose init is zeros (a part's partial sums then add up to the whole's)."""
+    if op.name == "sft.reduce" and tm.StringAttr(op.attributes["kind"]).value != "add":
+        return False
+    zero = _fill_scalar(operation(dialect.init(op).owner))
+    if zero is None:
+        return False
+    number = tm.FloatAttr if isinstance(tm.Attribute(zero).type, tm.FloatType) else tm.IntegerAttr
+    return number(zero).value == 0
+
+
+def _nested_reads(op):
+    """The operands of the ops nested in `op`'s regions (values it captures among them)."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in ops_of(block):
+                yield from inner.operands
+                yield from _nested_reads(inner)
 
 
 def _walk(block, an: _Analysis) -> None:
     memo: dict = {}
     for op in ops_of(block):
         carried = [v for v in op.operands if v in an.carry]
+        reads = [*op.operands, *_nested_reads(op)]
         try:
-            if op.name == "func.return":
+            if op.name != "func.return" and any(v in an.joined or v in an.sums for v in reads):
+                if any(v in an.carry for v in reads):
+                    raise _Refused("an op reads a sum over the batch and the batch itself (batch "
+                                   "statistics applied to it: batch norm in train mode)")
+                an.joined.update(op.results)
+            elif op.name == "func.return":
                 an.results = [_joined(an.carry.get(v), static_shape(v), an) for v in op.operands]
             elif op.name == "sft.view":
                 if carried:
@@ -212,7 +282,11 @@ def analyse(module, parts: int, args: tuple[int, ...]) -> _Analysis:
     funcs = functions(module)
     if len(funcs) != 1:
         raise IllegalPlan("sft-split-batch takes a module of one function")
-    block = funcs[0].regions[0].blocks[0]
+    return _analyse_function(funcs[0], parts, args)
+
+
+def _analyse_function(func, parts: int, args: tuple[int, ...]) -> _Analysis:
+    block = func.regions[0].blocks[0]
     try:
         if parts < 2 or not args or any(not 0 <= i < len(block.arguments) for i in args):
             raise _Refused(f"it takes two or more parts and the entry's batched arguments, not "
@@ -230,17 +304,23 @@ def analyse(module, parts: int, args: tuple[int, ...]) -> _Analysis:
                 raise _Refused(f"a dim of {static_shape(value)[dim]} does not divide into {parts}")
         # every reader of the batch is an op the walk carried it through (or the return): an
         # op nested in another's region (sft.opaque's, capturing it) is not
-        carriers = {operation(v.owner) for v in an.carry if not isinstance(v.owner, tm.Block)}
+        carriers = {operation(v.owner) for v in [*an.carry, *an.sums] if not isinstance(v.owner, tm.Block)}
         for value in an.carry:
             for use in value.uses:
                 reader = operation(use.owner)
-                if reader.name != "func.return" and reader not in carriers:
+                if reader.name != "func.return" and reader not in carriers | an.row_reads:
                     raise _Refused(f"{reader.name} reads the batch (at {where(reader.location)})")
-        # a divided constant must not also be read whole (nor returned)
+        # a divided value also read whole (nor returned) must be a fill or a splat: its whole
+        # readers get a copy (one zero fill serves a [batch, n] init and a weight's gradient's)
         for value in an.halve:
             readers = [op for v, op in an.divided_reads if v == value]
-            if any(all(operation(use.owner) != op for op in readers) for use in value.uses):
+            whole = [use for use in value.uses if operation(use.owner) not in readers]
+            owner = operation(value.owner)
+            if whole and (operation(whole[0].owner).name == "func.return"
+                          or (dialect.fill_value(owner) is None and _splat(owner) is None)):
                 raise _Refused("a constant is read both divided and whole")
+            if whole:
+                an.whole_reads[value] = [(operation(u.owner), u.operand_number) for u in whole]
     except _Refused as why:
         raise IllegalPlan(f"sft-split-batch cannot split this program's batch: {why}") from None
     return an
@@ -253,10 +333,19 @@ def _divided(ty, dim: int, parts: int):
     return tm.RankedTensorType.get(shape, t.element_type)
 
 
-def split_batch(module, parts: int, args: tuple[int, ...]) -> list:
-    """Rewrite `module` into the program of one of `parts` parts; returns `_Analysis.results`."""
+def split_batch(module, parts: int, args: tuple[int, ...]) -> None:
+    """Rewrite `module` into the program of one of `parts` parts (and, where it sums over its
+    batch, the join function after it: `split_join.py`)."""
     with module.context, tm.Location.unknown():
         an = analyse(module, parts, args)
+        func = functions(module)[0]
+        if an.sums:  # the joins from the function as it is, before its part is made
+            join = clone_function(func, join_name(func, 0))
+            join_functions(join, _analyse_function(join, parts, args), parts, args)
+        for value, reads in an.whole_reads.items():  # a copy kept whole for them
+            copy = operation(value.owner).clone(ip=tm.InsertionPoint(operation(value.owner)))
+            for reader, position in reads:
+                reader.operands[position] = copy.results[0]
         for value, dim in [*((v, c.dim) for v, c in an.carry.items()), *an.halve.items()]:
             value.set_type(_divided(value.type, dim, parts))
             splat = _splat(operation(value.owner))
@@ -271,19 +360,41 @@ def split_batch(module, parts: int, args: tuple[int, ...]) -> list:
             src, dst = static_shape(dialect.inputs(view)[0]), static_shape(view.results[0])
             view.attributes["map"] = tm.AffineMapAttr.get(
                 ix.expand_map(dst, groups) if kind == "expand" else ix.collapse_map(src, groups))
-        func = functions(module)[0]
-        block = func.regions[0].blocks[0]
-        returned = [v.type for v in ops_of(block)[-1].operands]
-        func.attributes["function_type"] = tm.TypeAttr.get(
-            tm.FunctionType.get([a.type for a in block.arguments], returned))
-    return an.results
+        # the part returns the results that carry its batch, then its partial sums (or, where
+        # it has none, the other results)
+        returned = list(zip(ops_of(func.regions[0].blocks[0])[-1].operands, an.results))
+        set_results(func, [v for v, dim in returned if dim is not None]
+                    + (an.sums or [v for v, dim in returned if dim is None]))
 
 
-def result_dims(module, split: tuple[int, ...]) -> list:
-    """Per entry result of `module` split as `split` (parts, arguments...), the dim its parts'
-    results join along (None: the same in every part)."""
+@dataclass(frozen=True)
+class SplitLayout:
+    """How a split program's calls make the whole one's results (`backend/parts.py`): each
+    part of the batch runs the entry (the part function) on its rows of the arguments at
+    `batched`; it returns the whole's results that carry the batch (joined along `joins`), then
+    `sums` partial sums. Where it has sums, the join functions `join_entries` (side by side)
+    each take the whole's arguments but the batched ones, then each sum's partials (every
+    part's in turn), and return the whole's other results at `join_groups` (positions among
+    those). Without sums, those are the same in every part: the first part's are taken."""
+
+    joins: tuple  # per result of the whole: the dim its parts join along, or None
+    batched: tuple[int, ...]
+    sums: int = 0
+    join_entries: tuple[str, ...] = ()
+    join_groups: tuple[tuple[int, ...], ...] = ()
+
+
+def split_layout(module, split: tuple[int, ...]) -> SplitLayout:
+    """The layout of `module`'s entry split as `split` (parts, arguments...)."""
     with module.context:
-        return analyse(module, split[0], tuple(split[1:])).results
+        func = functions(module)[0]
+        an = analyse(module, split[0], tuple(split[1:]))
+        if not an.sums:
+            return SplitLayout(tuple(an.results), tuple(split[1:]))
+        returned = ops_of(func.regions[0].blocks[0])[-1].operands
+        groups = join_groups([v.type for v, dim in zip(returned, an.results) if dim is None], split[0])
+        return SplitLayout(tuple(an.results), tuple(split[1:]), len(an.sums),
+                           tuple(join_name(func, k) for k in range(len(groups))), groups)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import replace
 from ..backend.parts import split_overhead
 from ..errors import SftError
 from ..ir import print_module
-from ..passes.split_batch import SplitBatchPass, result_dims
+from ..passes.split_batch import SplitBatchPass, split_layout
 from ..plan import Plan
 from ..program import Program
 from ..targets import Target
@@ -25,24 +25,28 @@ from ..targets import Target
 def batch_split_of(program: Program, target: Target) -> tuple[int, ...]:
     """(parts, argument, ...) for `program` on `target`: the user inputs whose dim 0 is the
     batch, in the most parts up to the target's cores that divide it; () where a split is not
-    offered (one core, a GPU, a call that updates state or its inputs) or no batch makes the
-    program's rows independent (`split_batch`'s proof). The batch is the first dim-0 extent,
-    from the last input back (a JAX function's parameters come before its data), that the
-    proof accepts with every input of that extent cut."""
+    offered (one core, a GPU, state written in place) or no batch makes the program's rows
+    independent, or its state's update a function of sums over them (`split_batch`'s proof).
+    The batch is the first dim-0 extent, from the last input back (a JAX function's parameters
+    come before its data), that the proof accepts with every input of that extent cut, else
+    with the last inputs of that extent alone (a bias as long as the batch is a parameter)."""
     sig = program.signature
-    if not target.split_batches or target.desc.cores < 2 or any(
-            r is not None and r.kind in ("state", "device") for r in sig.results or []):
+    if not target.split_batches or target.desc.cores < 2 or program.storage_pairs(target):
         return ()
+    updates = [i for i, r in enumerate(sig.results or []) if r is not None and r.kind in ("state", "device")]
     shapes = [shape for shape, _ in sig.inputs]
     for batch in dict.fromkeys(s[0] for s in reversed(shapes) if s):
         parts = max((p for p in range(2, target.desc.cores + 1) if batch % p == 0), default=0)
-        split = (parts, *(len(sig.state) + i for i, s in enumerate(shapes) if s and s[0] == batch))
-        try:
-            if parts:
-                result_dims(program.module(), split)
+        every = [i for i, s in enumerate(shapes) if s and s[0] == batch]
+        last = [i for i in every if all(s and s[0] == batch for s in shapes[i:])]
+        for cut in dict.fromkeys([tuple(every), tuple(last)]):
+            split = (parts, *(len(sig.state) + i for i in cut))
+            try:
+                layout = split_layout(program.module(), split) if parts and cut else None
+            except SftError:
+                continue
+            if layout and (layout.sums or not updates) and all(layout.joins[i] is None for i in updates):
                 return split
-        except SftError:
-            continue
     return ()
 
 

@@ -39,7 +39,7 @@ from ..space.kernels import contraction_kernels
 from ..space.options import DATA_TILING, FORMATION_FLAGS, IM2COL
 from ..targets import Target
 from ..tuning_db import TuningDB
-from ..passes.split_batch import result_dims
+from ..passes.split_batch import split_layout
 from .batch_split import batch_split_of, part_text, split_pick
 from .candidates import contractions_alone, each_alone, plan_of
 from .chains import choose_orders, plan_orders
@@ -294,7 +294,7 @@ def searched_plan(program: Program, target: Target, search: str,
             plan = verify(report, text_of, target,
                           program.timing_inputs(), db, progress=bar.update,
                           keep=keep, resident=resident, storage=storage, farm=farm,
-                          extra=extra, joins=result_dims(program.module(), split) if extra else ())
+                          extra=extra, layout=split_layout(program.module(), split) if extra else None)
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
 
