@@ -135,6 +135,25 @@ def _records_pid(path):
     return lambda: time.sleep(0.002)
 
 
+def _slow_in_its_first_process(path):
+    """Sleeps 8 ms a call in the first process that builds it, 2 ms in any other."""
+    try:  # created by one process only, however close together they build
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL))
+        first = True
+    except FileExistsError:
+        first = False
+    return lambda: time.sleep(0.008 if first else 0.002)
+
+
+def test_time_together_reports_the_slowest_process_beside_the_mean(tmp_path):
+    """A candidate is ranked at its slower process's median (`Timing.worst`): a process's
+    luck with IREE's parallel executor lasts its life, and one lucky process must not pick."""
+    results = time_together({"luck": (_slow_in_its_first_process, (str(tmp_path / "luck"),))},
+                            rounds=2, calls=2, processes=2, timeout=120.0, settle=0.0)
+    luck = results["luck"]
+    assert luck.worst >= 0.008 and 0.004 <= luck.seconds < luck.worst
+
+
 def test_time_together_hosts_every_variant_in_each_process_and_fails_only_the_culprit(tmp_path):
     """Candidates ranked together: each process hosts all of them (so a process's luck is
     shared), one that raises fails alone, and where one kills its process the others are timed

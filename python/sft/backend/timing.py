@@ -63,6 +63,9 @@ class Timing:
     """What timing one variant found."""
 
     seconds: float | None = None  # median seconds per call; None where the variant failed
+    # the slowest of its processes' medians (`time_together`: a process's luck with IREE's
+    # parallel executor lasts its life; a pick must not rest on one lucky process)
+    worst: float | None = None
     error: str | None = None      # why it failed
     finite: bool | None = None    # whether its warm-up call's outputs were all finite (None:
     # it returned no arrays, or never got that far)
@@ -295,7 +298,7 @@ def _timed(builders: dict, groups: list, rounds: int, calls: int, timeout: float
         medians = [statistics.median(samples[(w, name)]) for w, group in enumerate(groups)
                    if name in group and samples[(w, name)]]
         if result.error is None and medians:
-            result.seconds = statistics.mean(medians)
+            result.seconds, result.worst = statistics.mean(medians), max(medians)
     return results, lost
 
 
