@@ -39,7 +39,7 @@ def _divided(ty, dim: int, parts: int):
 
 def split_batch(module, parts: int, args: tuple[int, ...]) -> None:
     """Rewrite `module` into the program of one of `parts` parts (and, where it sums over its
-    batch, the join function after it: `split_join.py`)."""
+    batch, the join functions after it: `split_join.py`)."""
     with module.context, tm.Location.unknown():
         an = analyse(module, parts, args)
         func = functions(module)[0]

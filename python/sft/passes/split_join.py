@@ -83,7 +83,7 @@ def join_functions(func, an, parts: int, batched: tuple[int, ...]) -> None:
         owner = total.owner.operation
         partials = [block.add_argument(total.type, owner.location) for _ in range(parts)]
         ops = ops_of(block)
-        after = ops[[o for o in ops].index(owner) + 1]
+        after = ops[ops.index(owner) + 1]
         with owner.location:
             total.replace_all_uses_with(_sum_of(partials, tm.InsertionPoint(after)))
     set_results(func, [v for v, dim in zip(ops_of(block)[-1].operands, an.results) if dim is None])
