@@ -252,7 +252,9 @@ def compile_train_step(model, loss_fn, optimizer, example_batch, target: Target 
     before the one update, as `(loss_fn(model(x), y) / k).backward()` over the chunks, then
     `optimizer.step()`, does; batch norm's running statistics advance once per micro-batch, and
     the step returns the micro-batches' mean loss. `plan` and `search` ("none", "model",
-    "verify") are those of `sft.compile`; `plan=Plan()` is IREE's own compile of the step.
+    "verify") are those of `sft.compile`; `plan=Plan()` is IREE's own compile of the step. On a
+    CPU of several cores the search also offers the batch in parts side by side where the step
+    provably sums over its rows (a mean-squared error, not cross-entropy: `Plan.batch_split`).
 
     `distributed=True` (under `torchrun`, every rank calling it; `process_group` or the default
     group, initialised with gloo from torchrun's environment where the script did not) compiles
