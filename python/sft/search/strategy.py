@@ -40,7 +40,7 @@ from ..space.options import DATA_TILING, FORMATION_FLAGS, IM2COL
 from ..targets import Target
 from ..tuning_db import TuningDB
 from ..passes.split_batch import split_layout
-from .batch_split import batch_split_of, part_text, split_pick
+from .batch_split import batch_split_of, part_text, split_picks
 from .candidates import contractions_alone, each_alone, plan_of
 from .chains import choose_orders, plan_orders
 from .exhaustive import SearchReport, search_program
@@ -274,12 +274,13 @@ def searched_plan(program: Program, target: Target, search: str,
     farm = connect(farm) if search == "verify" else None  # before the search: fail fast
     plan, report = search_plan(program.sft_text, target, precision)
     split = batch_split_of(program, target) if precision == "f32" else ()
-    split_plan = None
+    extra = {}  # the split's plans verify times, by name
     if split:  # the batch in parts side by side: the program for one part searched too
         part_report = search_plan(part_text(program, split), target, precision)[1]
-        found = split_pick(part_report, split, option_plan)
-        if found is not None:
-            split_plan, predicted, words = found
+        found = split_picks(part_report, split, option_plan)
+        extra = {name: split_plan for name, split_plan, _, _ in found}
+        if found:
+            _, split_plan, predicted, words = found[0]
             if search == "model" and target.trust.pessimistic(split_plan, predicted) < report.pick_score:
                 # the part's search is the report: its op ids (chains, choices) are the plan's
                 part_report.chosen = f"{words} ({predicted * 1e6:.0f} us a call predicted)"
@@ -290,7 +291,6 @@ def searched_plan(program: Program, target: Target, search: str,
             keep, resident, storage = program.timing_layout(target)
             text_of = lambda p: program.for_iree(  # noqa: E731
                 program.linalg if p.as_imported else lower(program.module(), p, target)[1], target)
-            extra = {split_plan.describe()[0]: split_plan} if split_plan else {}
             plan = verify(report, text_of, target,
                           program.timing_inputs(), db, progress=bar.update,
                           keep=keep, resident=resident, storage=storage, farm=farm,
