@@ -135,3 +135,37 @@ def test_a_gather_of_each_rows_own_element_splits():
         got, want = compiled(logits, labels), model(logits, labels)
         assert got.shape == want.shape and got.dtype == want.dtype
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_split_step_follows_a_schedulers_learning_rate_and_refuses_dropout():
+    """The hyper-parameters are inputs of the join functions, read at every call (a scheduler
+    acts at once); train-mode dropout's mask is drawn per element of the whole batch (a
+    batch-sized value no part can take its share of): not split, saying why."""
+    model, opt = _mlp_and_adamw()
+    reference, ref_opt = _mlp_and_adamw()
+    schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    ref_schedule = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=1, gamma=0.5)
+    batches = _batches(3)
+    state = len([*model.parameters()]) * 3 + 1
+    step = sft.compile_train_step(model, nn.functional.mse_loss, opt, batches[0],
+                                  plan=Plan(batch_split=(2, state, state + 1), driver="local-sync"))
+    for x, y in batches:
+        step(x, y)
+        schedule.step()
+        ref_opt.zero_grad()
+        nn.functional.mse_loss(reference(x), y).backward()
+        ref_opt.step()
+        ref_schedule.step()
+    step.sync()
+    for got, want in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    from sft.importers.torch_train import trace_train_step
+
+    torch.manual_seed(0)
+    dropped = nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.1), nn.Linear(32, 8)).train()
+    sgd = torch.optim.SGD(dropped.parameters(), lr=0.1)
+    first = len(trace_train_step(dropped, nn.functional.mse_loss, sgd, batches[0]).signature.state)
+    with pytest.raises(sft.SftError, match="cannot split this program's batch: an op reads its "
+                                           "batch loop from a value that is not split"):
+        sft.compile_train_step(dropped, nn.functional.mse_loss, sgd, batches[0],
+                               plan=Plan(batch_split=(2, first, first + 1), driver="local-sync"))
