@@ -72,9 +72,7 @@ class CompiledModel:
         self._spare: dict[int, object] = {}
         updates = [i for i, r in enumerate(self.signature.results or []) if r is not None
                    and r.kind in ("state", "device")]
-        layout = self.split_layout
-        if self.plan.batch_split and (self._storage_pairs or (updates and not layout.sums)
-                                      or any(layout.joins[i] is not None for i in updates)):
+        if self.plan.batch_split and (self._storage_pairs or not self.split_layout.updates_once(updates)):
             raise SftError("plan.batch_split runs parts of the batch side by side: a program that "
                            "updates its state other than from sums over its batch, or in place, "
                            "cannot be split")

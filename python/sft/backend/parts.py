@@ -116,6 +116,8 @@ class PartsLoaded:
 
     def __init__(self, artifact: Artifact, entry: str, parts: int, layout):
         self.parts, self.layout, self.batched = parts, layout, set(layout.batched)
+        # the whole's results the parts return joined, in order (theirs first, then their sums)
+        self._carried = [j for j, dim in enumerate(layout.joins) if dim is not None]
         self._loaded = [Loaded(artifact, entry, PARTS_DRIVER) for _ in range(parts)]
         self._joins = [Loaded(artifact, name, PARTS_DRIVER) for name in layout.join_entries]
         self.driver = PARTS_DRIVER
@@ -140,8 +142,7 @@ class PartsLoaded:
         calls = [(m, m.arguments(cut), m._list(1)) for m, cut in zip(self._loaded, cuts)]
         _side_by_side(calls)
         outs = [m.outputs(results) for m, _, results in calls]
-        joins = self.layout.joins
-        carried = [j for j, dim in enumerate(joins) if dim is not None]
+        joins, carried = self.layout.joins, self._carried
         if self._joins:  # each sum's partials, every part's in turn, to every join function
             given = [a for i, a in enumerate(arrays) if i not in self.batched]
             given += [out[len(carried) + i] for i in range(self.layout.sums) for out in outs]

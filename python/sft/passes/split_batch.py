@@ -87,6 +87,11 @@ class SplitLayout:
     join_entries: tuple[str, ...] = ()
     join_groups: tuple[tuple[int, ...], ...] = ()
 
+    def updates_once(self, updates) -> bool:
+        """Whether the results at `updates` (new state, donated inputs' new values) are each
+        computed once, by a join function: never by every part, nor joined from the parts."""
+        return not updates or (self.sums > 0 and all(self.joins[i] is None for i in updates))
+
 
 def split_layout(module, split: tuple[int, ...]) -> SplitLayout:
     """The layout of `module`'s entry split as `split` (parts, arguments...)."""

@@ -45,7 +45,7 @@ def batch_split_of(program: Program, target: Target) -> tuple[int, ...]:
                 layout = split_layout(program.module(), split) if parts and cut else None
             except SftError:
                 continue
-            if layout and (layout.sums or not updates) and all(layout.joins[i] is None for i in updates):
+            if layout and layout.updates_once(updates):
                 return split
     return ()
 
@@ -60,9 +60,10 @@ def part_text(program: Program, split: tuple[int, ...]) -> str:
 def split_picks(report, split: tuple[int, ...], plan_of_option) -> list[tuple[str, Plan, float, str]]:
     """The split's plans, each with its name among verify's candidates, its predicted seconds a
     call and the report's words for it, from the search `report` of the program for one part:
-    the best predicted option set on one thread of each dispatch formation (`plan_of_option(report, option)` builds the plan), best
-    first; the first is the model's pick, verify times them all (mlp_b128's part: plain tiles
-    predicted best, data tiling measured 10% faster on one thread)."""
+    the best predicted option set on one thread of each dispatch formation
+    (`plan_of_option(report, option)` builds the plan), best first; the first is the model's
+    pick, verify times them all (mlp_b128's part: plain tiles predicted best, data tiling
+    measured 10% faster on one thread)."""
     best = {}
     for option in sorted((o for o in report.ranked if o.options.serial), key=lambda o: o.predicted):
         best.setdefault(option.options.formation_flags, option)
