@@ -13,6 +13,7 @@ from .backend.iree import Artifact
 from .backend.parts import PartsLoaded
 from .backend.runtime import to_host
 from .errors import SftError
+from .passes.hold_transposed import fixed_state, held_array
 from .plan import Plan
 from .values import (DeviceArray, Signature, argument_specs, assemble, check_inputs,
                      storage_pairs, to_numpy, to_torch)
@@ -72,6 +73,11 @@ class CompiledModel:
         self._spare: dict[int, object] = {}
         updates = [i for i, r in enumerate(self.signature.results or []) if r is not None
                    and r.kind in ("state", "device")]
+        if not set(self.plan.held) <= set(fixed_state(self.signature)):
+            raise SftError("plan.held keeps arguments transposed on the device: only state that "
+                           "no call replaces can be held so")
+        # the state held transposed on the device (`passes.hold_transposed`)
+        self._held = {self.signature.state[a][0] for a in self.plan.held}
         if self.plan.batch_split and (self._storage_pairs or not self.split_layout.updates_once(updates)):
             raise SftError("plan.batch_split runs parts of the batch side by side: a program that "
                            "updates its state other than from sums over its batch, or in place, "
@@ -147,6 +153,8 @@ class CompiledModel:
             if tuple(array.shape) != shape or array.dtype != dtype:
                 raise SftError(f"load_state_dict: '{name}' is {array.dtype}{list(array.shape)}, "
                                f"the model has {np.dtype(dtype)}{list(shape)}")
+            if name in self._held:  # as the module takes it (`passes.hold_transposed`)
+                array = held_array(array)
             # Kept as a copy until the module is loaded: the caller's tensors may change meanwhile.
             self._device_state[name] = (np.array(array, copy=True) if self._loaded is None
                                         else self._loaded.upload(array))
@@ -155,8 +163,8 @@ class CompiledModel:
     def state_dict(self, names=None) -> dict:
         """The model's state as it is on the device now, as torch tensors by name (those in
         `names` only, where given)."""
-        return {name: to_torch(to_host(value)) for name, value in self._device_state.items()
-                if names is None or name in names}
+        return {name: to_torch(held_array(to_host(value)) if name in self._held else to_host(value))
+                for name, value in self._device_state.items() if names is None or name in names}
 
     def take_state(self, source: "CompiledModel", names) -> None:
         """This program's state `names` set to `source`'s values on the device (two programs
@@ -165,8 +173,11 @@ class CompiledModel:
         mine, theirs = self._device(), source._device()
         for name in names:
             value = source._device_state[name]
-            self._device_state[name] = (value if mine.driver == theirs.driver
-                                        else mine.upload(to_host(value)))
+            if (name in self._held) != (name in source._held):  # through the host, transposed
+                value = mine.upload(held_array(to_host(value)))
+            elif mine.driver != theirs.driver:
+                value = mine.upload(to_host(value))
+            self._device_state[name] = value
 
     def __call__(self, *args, **kwargs):
         if kwargs:

@@ -35,7 +35,7 @@ from .tuning_db import TuningDB
 _TYPES = {2: "f16", 4: "f32", 8: "f64"}
 MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary about that much)
 TOGETHER_BYTES = 1 << 30  # verify's candidates share their timing processes up to this much input
-SEARCH_REVISION = 35  # bump when the space or the cost model changes what a search would pick
+SEARCH_REVISION = 36  # bump when the space or the cost model changes what a search would pick
 
 
 def kernel_program(kernel: Kernel, config: KernelConfig | None) -> str:
@@ -213,7 +213,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     # in it, and had decided picks when each candidate had a process of its own. Where the
     # candidates' inputs would not fit many times over in one process, each gets its own.
     builders = {name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident, storage,
-                                     plans[name].batch_split, layout))
+                                     plans[name].batch_split, layout, "main", plans[name].held))
                 for name, v in variants.items()}
     together = sum(np.asarray(a).nbytes for a in inputs) * len(builders) <= TOGETHER_BYTES
     if farm is not None:

@@ -15,8 +15,8 @@ from dataclasses import field, make_dataclass
 
 from .decisions.kind import COMPILE, DecisionKind, boolean, string, strings
 from .errors import SftError
-from .passes import (apply_plan, expand_batch, im2col, low_precision, orient, reassociate,
-                     split_batch, split_reduction)
+from .passes import (apply_plan, expand_batch, hold_transposed, im2col, low_precision, orient,
+                     reassociate, split_batch, split_reduction)
 
 FLAGS = DecisionKind(field="flags", type="tuple[str, ...]", default=(),
                      doc="extra iree-compile options", parse=strings, stage=COMPILE)
@@ -30,8 +30,8 @@ AS_IMPORTED = DecisionKind(
         "never costs the user", parse=boolean, stage=COMPILE)
 
 KINDS: tuple[DecisionKind, ...] = (
-    split_batch.KIND, im2col.KIND, split_reduction.KIND, orient.KIND,  # on the sft program,
-    expand_batch.KIND, reassociate.KIND, low_precision.KIND,  # in order
+    split_batch.KIND, im2col.KIND, split_reduction.KIND, hold_transposed.KIND,  # on the sft
+    orient.KIND, expand_batch.KIND, reassociate.KIND, low_precision.KIND,     # program, in order
     apply_plan.TILES, apply_plan.GROUPS,                      # on the lowered linalg
     FLAGS, DRIVER, AS_IMPORTED,                               # read by iree-compile and the runtime
 )

@@ -213,12 +213,15 @@ def test_verify_times_the_graph_rewrites_predicted_close_to_the_pick():
     best = cpu_option_space()[0]
     other = next(o for o in cpu_option_space() if o.driver != best.driver)  # the other executor
     report = SearchReport(ranked=[OptionChoice(best, 1.0, ()), OptionChoice(other, 1.2, ())])
-    report.rewrites = {"as written": 1.0, "oriented [3]": REWRITE_SPREAD - 0.01, "expanded [7]": 1.5}
-    report.rewrite_ops = {"as written": ((), ()), "oriented [3]": ((3,), ()), "expanded [7]": ((), (7,))}
+    report.rewrites = {"as written": 1.0, "oriented [3]": REWRITE_SPREAD - 0.01, "expanded [7]": 1.5,
+                       "held [0]": 1.0}
+    report.rewrite_ops = {"as written": ((), (), ()), "oriented [3]": ((3,), (), ()),
+                          "expanded [7]": ((), (7,), ()), "held [0]": ((), (), (0,))}
     found = program_candidates(report)
     for o in (best, other):  # under the best options of each driver
         assert found[f"{o.describe()} oriented [3]"] == sft.Plan(orient=(3,), flags=o.flags,
                                                                  driver=o.driver)
+        assert found[f"{o.describe()} held [0]"] == sft.Plan(held=(0,), flags=o.flags, driver=o.driver)
         assert found[o.describe()] == sft.Plan(flags=o.flags, driver=o.driver)  # as written: once
     assert not any("expanded" in name for name in found)  # predicted far slower
 

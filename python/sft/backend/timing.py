@@ -36,19 +36,25 @@ from .process import exit_text, kill_group
 
 def loaded_call(artifact, driver: str, arrays: list, keep: tuple[int, ...] = (),
                 resident: tuple[int, ...] = (), storage: tuple = (), split: tuple = (),
-                layout=None, entry: str = "main"):
+                layout=None, entry: str = "main", held: tuple[int, ...] = ()):
     """A builder for `time_in_processes`: the compiled module loaded on `driver`, called on
     `arrays` as a compiled model is called: the arguments at positions `resident` (the model's
     state, donated inputs) are uploaded to the device once, the results at positions `keep` (a
     training step's updated state) stay there, the others come back to the host; a buffer of
     each (shape, dtype) of `storage` is passed after them, for IREE to write a result into
     (`passes.output_storage`). A module for a part of the batch (`split`: parts, batched
-    arguments) runs its parts side by side, as `layout` says (`passes.split_batch.SplitLayout`)."""
+    arguments) runs its parts side by side, as `layout` says (`passes.split_batch.SplitLayout`).
+    The arguments at `held` are passed transposed, as a plan holding them so takes them
+    (`passes.hold_transposed`)."""
     from .parts import PartsLoaded
     from .runtime import load, to_host
 
     fn = (PartsLoaded(artifact, entry, split[0], layout) if split
           else load(artifact, entry, driver))
+    if held:
+        from ..passes.hold_transposed import held_array
+
+        arrays = [held_array(a) if i in held else a for i, a in enumerate(arrays)]
     arrays = [fn.upload(a) if i in resident else a for i, a in enumerate(arrays)]
     arrays += [fn.allocate(shape, dtype) for shape, dtype in storage]
 

@@ -2,6 +2,7 @@
 
 from .expand_batch import ExpandBatchPass
 from .f64_math import ExpandF64MathPass
+from .hold_transposed import HoldTransposedPass
 from .im2col import Im2colPass
 from .split_batch import SplitBatchPass
 from .split_reduction import SplitReductionPass
@@ -15,6 +16,7 @@ from .verify import VerifyPass
 
 PASSES = {p.name: p for p in (RaisePass, LowerPass, VerifyPass, ReassociatePass, ExpandBatchPass,
                                   LowPrecisionPass, ExpandF64MathPass, OrientPass, Im2colPass,
-                                  SplitReductionPass, SplitBatchPass, SumLoneLoopsPass)}
+                                  SplitReductionPass, SplitBatchPass, SumLoneLoopsPass,
+                                  HoldTransposedPass)}
 
-__all__ = ["PASSES", "ExpandBatchPass", "ExpandF64MathPass", "Im2colPass", "LowPrecisionPass", "LowerPass", "OrientPass", "RaisePass", "ReassociatePass", "SplitBatchPass", "SplitReductionPass", "SumLoneLoopsPass", "VerifyPass"]
+__all__ = ["PASSES", "ExpandBatchPass", "ExpandF64MathPass", "HoldTransposedPass", "Im2colPass", "LowPrecisionPass", "LowerPass", "OrientPass", "RaisePass", "ReassociatePass", "SplitBatchPass", "SplitReductionPass", "SumLoneLoopsPass", "VerifyPass"]

@@ -116,16 +116,16 @@ def replace_op(old, new) -> None:
     old.erase()
 
 
-def op_ids_option(pass_name: str, text: str) -> tuple[int, ...]:
-    """The op ids of a pass option `ops=ID,ID` (sft-opt -p 'PASS{ops=40,59}'); IllegalPlan
-    naming the pass for anything else."""
+def op_ids_option(pass_name: str, text: str, name: str = "ops") -> tuple[int, ...]:
+    """The integers of a pass option `ops=ID,ID` (sft-opt -p 'PASS{ops=40,59}'; `name` for
+    another key); IllegalPlan naming the pass for anything else."""
     key, _, value = text.partition("=")
     try:
-        if key.strip() != "ops":
+        if key.strip() != name:
             raise ValueError
         return tuple(int(x) for x in value.split(",") if x.strip())
     except ValueError:
-        raise IllegalPlan(f"{pass_name} takes ops=ID,ID,..., not '{text}'") from None
+        raise IllegalPlan(f"{pass_name} takes {name}=I,I,..., not '{text}'") from None
 
 
 def rewrite_ops(module, ops: tuple[int, ...], analyse, rewrite, refusal: str) -> None:

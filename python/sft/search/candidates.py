@@ -21,7 +21,7 @@ def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tu
     IREE cannot build packed with their consumers (`SearchReport.packed_alone`)."""
     keeps = options.keeps_tiles
     packed_alone = report.packed_alone if DATA_TILING in options.flags else ()
-    return Plan(im2col=report.im2col, split=report.split, orient=report.orient,
+    return Plan(im2col=report.im2col, split=report.split, held=report.held, orient=report.orient,
                 expand=report.expand, orders=report.orders, groups=each_alone(packed_alone),
                 tiles=tuple(tiles) if keeps else (), flags=options.flags, driver=options.driver,
                 low_precision=tuple(low_precision) if keeps else ())
@@ -77,14 +77,15 @@ def program_candidates(report, tiles: tuple = (), top_options: int = TOP_OPTIONS
     drivers = {}
     for option in report.ranked:
         drivers.setdefault(option.options.driver, option.options)
-    rewritten = report.orders or report.expand or report.orient
+    rewritten = report.orders or report.expand or report.orient or report.held
     for o in drivers.values():
         first = dict(im2col=report.im2col, split=report.split, flags=o.flags, driver=o.driver)
         if rewritten:
             candidates[f"{o.describe()} as written"] = Plan(**first)
-        for name, (orient, expand) in report.rewrite_ops.items():  # (searched: ranked has a best)
+        for name, (orient, expand, held) in report.rewrite_ops.items():  # (searched: ranked has a best)
             if report.rewrites[name] <= report.as_formed * REWRITE_SPREAD:
-                candidates[f"{o.describe()} {name}"] = Plan(**first, orient=orient, expand=expand)
+                candidates[f"{o.describe()} {name}"] = Plan(**first, orient=orient, expand=expand,
+                                                            held=held)
     unique: dict[str, Plan] = {}
     for name, plan in candidates.items():
         if plan not in unique.values():

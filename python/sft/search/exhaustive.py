@@ -62,9 +62,10 @@ class SearchReport:
     split: tuple[int, ...] = ()        # sums over outer dims split, second
     orient: tuple[int, ...] = ()       # contractions computed in their readers' layout
     expand: tuple[int, ...] = ()       # contractions run over their expanded batch
+    held: tuple[int, ...] = ()         # arguments held transposed (parameters read so)
     rewrites: dict = field(default_factory=dict)  # each rewrite searched: its `as_formed`
-    # each rewrite searched, by name: (oriented op ids, expanded op ids); not stored (verify
-    # reads it right after the search)
+    # each rewrite searched, by name: (oriented op ids, expanded op ids, held arguments); not
+    # stored (verify reads it right after the search)
     rewrite_ops: dict = field(default_factory=dict)
     # contractions that packed (data-tiled) plans run in dispatches of their own, where IREE
     # cannot build them packed with their consumers (`strategy._take_profiles`)
@@ -98,9 +99,9 @@ class SearchReport:
 
     def add_alternatives(self, searched: dict) -> None:
         """Fold in the searches of the program as written and rewritten (`searched`: (oriented
-        op ids, expanded op ids) -> report; this report is one of them)."""
-        self.orient, self.expand = next(e for e, r in searched.items() if r is self)
-        self.default_predicted = searched[((), ())].default_predicted  # IREE's, as written
+        op ids, expanded op ids, held arguments) -> report; this report is one of them)."""
+        self.orient, self.expand, self.held = next(e for e, r in searched.items() if r is self)
+        self.default_predicted = searched[((), (), ())].default_predicted  # IREE's, as written
         self.rewrites = {_rewrite_name(*e): r.as_formed for e, r in searched.items()}
         self.rewrite_ops = {_rewrite_name(*e): e for e in searched}
         self.scored = sum(r.scored for r in searched.values())
@@ -132,7 +133,7 @@ class SearchReport:
                         for c in self.choices],
             "measured_s": self.measured,
             "chains": [c.to_dict() for c in self.chains],
-            "orient": list(self.orient), "expand": list(self.expand),
+            "orient": list(self.orient), "expand": list(self.expand), "held": list(self.held),
             "packed_alone": list(self.packed_alone),
             "rewrites_predicted_s": self.rewrites,
             "default_predicted_s": _finite(self.default_predicted),
@@ -148,7 +149,7 @@ class SearchReport:
                          f"written {c.chain.written} ({c.orders} orders, {c.pruned} splits pruned)")
         if len(self.rewrites) > 1:
             shown = ", ".join(f"{name} {t * 1e3:.4f} ms" for name, t in self.rewrites.items())
-            lines.append(f"  rewrites: {shown}; taken: {_rewrite_name(self.orient, self.expand)}")
+            lines.append(f"  rewrites: {shown}; taken: {_rewrite_name(self.orient, self.expand, self.held)}")
         for c in self.choices:
             # a twin never runs IREE's own config (`rank_tiles`): there is no default to compare
             against = (f"vs IREE default {c.default_prediction() * 1e6:.1f} us" if c.precision == "f32"
@@ -213,9 +214,11 @@ def low_precision_twin(kernel: Kernel, target: Target, dtype: str):
     return (twin, space) if len(space) > 1 else None  # row 0 alone: `rank_tiles` never takes it
 
 
-def _rewrite_name(orient: tuple, expand: tuple) -> str:
-    """A rewrite in words: "as written", "oriented [3]", "expanded [7]" or both."""
-    parts = [f"{word} {list(ops)}" for word, ops in (("oriented", orient), ("expanded", expand)) if ops]
+def _rewrite_name(orient: tuple, expand: tuple, held: tuple = ()) -> str:
+    """A rewrite in words: "as written", "oriented [3]", "expanded [7]", "held [0, 2]" or
+    several."""
+    parts = [f"{word} {list(ops)}" for word, ops in (("oriented", orient), ("expanded", expand),
+                                                     ("held", held)) if ops]
     return " + ".join(parts) or "as written"
 
 

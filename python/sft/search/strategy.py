@@ -29,6 +29,7 @@ from ..ir import print_module
 from ..passes.expand_batch import ExpandBatchPass, expandable
 from ..passes.im2col import Im2colPass, filter_gradients
 from ..passes.split_reduction import SplitReductionPass, outer_sums
+from ..passes.hold_transposed import HoldTransposedPass, fixed_state, holdable
 from ..passes.orient import OrientPass, orientable
 from ..passes.low_precision import LOW_PRECISION_TYPES, castable, renumber
 from ..passes.reassociate import ReassociatePass
@@ -86,14 +87,18 @@ def check_precision(precision: str, search: str = "model") -> None:
                        "search='verify' does not measure low-precision plans")
 
 
-def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[Plan, SearchReport]:
+def search_plan(sft_text: str, target: Target, precision: str = "f32",
+                fixed: tuple[int, ...] = ()) -> tuple[Plan, SearchReport]:
     """The plan the cost model predicts fastest for `target` as far as it trusts itself there
     (`Target.trust`: IREE's default unless a plan's predicted gain exceeds the model's measured
     error on the plan's kinds of decision), and the search's report.
 
     `precision` "bf16" or "f16" lets each f32 contraction kernel run from inputs rounded to that
     type (f32 accumulation) where the model predicts it faster, casts included; the plan's
-    `low_precision` and the report's `chosen` name the ops. "f32" searches as before."""
+    `low_precision` and the report's `chosen` name the ops. "f32" searches as before.
+
+    `fixed`: the arguments a compiled model uploads once and no call replaces (its parameters,
+    `passes.hold_transposed.fixed_state`); those read only transposed are searched held so."""
     check_precision(precision)
     options = list(target.options)
     desc = target.desc
@@ -101,7 +106,8 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     # Orientation and batch expansion change which dispatches IREE forms and what they fuse
     # (batch expansion can bring two contractions next to each other, making a chain), so the
     # program is searched each way, each on IREE's own view of it; it is kept as written unless
-    # a rewrite predicts a clear gain. A variant is keyed (oriented ops, expanded ops).
+    # a rewrite predicts a clear gain. A variant is keyed (oriented ops, expanded ops, held
+    # arguments).
     written_module = to_sft(sft_text)
     # Filter gradients become matmuls first, in every plan of this search (`Target.
     # im2col_filter_gradients`): every variant below, and the op ids its plans name, start
@@ -116,8 +122,9 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32") -> tuple[
     if convs or sums:
         sft_text = print_module(written_module)
     variants, orders, casts = {}, {}, {}
-    for rewrite in _rewrites(sft_text, written_module):
+    for rewrite in _rewrites(sft_text, written_module, fixed):
         variant = to_sft(sft_text) if rewrite != WRITTEN else written_module
+        HoldTransposedPass(rewrite[2])(variant)
         OrientPass(rewrite[0])(variant)
         ExpandBatchPass(rewrite[1])(variant)
         start = time.perf_counter()
@@ -208,18 +215,22 @@ def _take_profiles(keys: list, variants: dict, target: Target, profiles: dict, a
     profiles.update(zip(again, _profiles(texts, target)))
 
 
-WRITTEN = ((), ())  # the rewrite key of the program as written: nothing oriented or expanded
+WRITTEN = ((), (), ())  # the rewrite key of the program as written: nothing rewritten
 
 
-def _rewrites(sft_text: str, written_module) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """The (oriented ops, expanded ops) variants worth searching: as written, expanded,
-    oriented, and oriented then expanded (expansion read on the oriented program)."""
-    found = [WRITTEN, ((), expandable(written_module))]
+def _rewrites(sft_text: str, written_module, fixed: tuple[int, ...]) -> list[tuple]:
+    """The (oriented ops, expanded ops, held arguments) variants worth searching: as written,
+    expanded, oriented, oriented then expanded (expansion read on the oriented program), and
+    with the arguments of `fixed` that only transposes read held transposed."""
+    found = [WRITTEN, ((), expandable(written_module), ())]
     orient = orientable(written_module)
     if orient:
         oriented = to_sft(sft_text)
         OrientPass(orient)(oriented)
-        found += [(orient, ()), (orient, expandable(oriented))]
+        found += [(orient, (), ()), (orient, expandable(oriented), ())]
+    held = holdable(written_module, fixed)
+    if held:
+        found.append(((), (), held))
     return list(dict.fromkeys(found))
 
 
@@ -272,11 +283,12 @@ def searched_plan(program: Program, target: Target, search: str,
         except (SftError, ValueError, AttributeError):
             pass  # a stored record that no longer reads: search again, and overwrite it
     farm = connect(farm) if search == "verify" else None  # before the search: fail fast
-    plan, report = search_plan(program.sft_text, target, precision)
+    fixed = fixed_state(program.signature)
+    plan, report = search_plan(program.sft_text, target, precision, fixed)
     split = batch_split_of(program, target) if precision == "f32" else ()
     extra = {}  # the split's plans verify times, by name
     if split:  # the batch in parts side by side: the program for one part searched too
-        part_report = search_plan(part_text(program, split), target, precision)[1]
+        part_report = search_plan(part_text(program, split), target, precision, fixed)[1]
         found = split_picks(part_report, split, option_plan)
         extra = {name: split_plan for name, split_plan, _, _ in found}
         if found:

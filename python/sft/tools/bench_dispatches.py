@@ -21,10 +21,10 @@ from tqdm import tqdm
 BETWEEN = "(between dispatches)"  # the row of a call's time outside every dispatch
 
 
-def programs(program) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """{"iree": (the front end's linalg, ()), "sft": (sft's planned program, its flags)} for a
-    prepared program, both as IREE compiles them (the same arguments: a plan that splits the
-    batch in parts is compiled whole, its other decisions kept)."""
+def programs(program) -> dict[str, tuple[str, tuple[str, ...], tuple[int, ...]]]:
+    """{"iree": (the front end's linalg, (), ()), "sft": (sft's planned program, its flags, the
+    arguments it holds transposed)} for a prepared program, both as IREE compiles them (a plan
+    that splits the batch in parts is compiled whole, its other decisions kept)."""
     from ..api import compile_prepared
     from ..targets import get_target
 
@@ -33,8 +33,8 @@ def programs(program) -> dict[str, tuple[str, tuple[str, ...]]]:
     if compiled.plan.batch_split:  # its kernels timed on the whole batch, as IREE's are
         whole = replace(compiled.plan, batch_split=())
         compiled = compile_prepared(program, program.module(), target, plan=whole, keep_ir=True)
-    return {"iree": (program.for_iree(program.linalg, target), ()),
-            "sft": (compiled.stages.planned, compiled.plan.flags)}
+    return {"iree": (program.for_iree(program.linalg, target), (), ()),
+            "sft": (compiled.stages.planned, compiled.plan.flags, compiled.plan.held)}
 
 
 def peaks(desc) -> dict:
@@ -61,6 +61,7 @@ def dispatch_row(name: str, rounds: int = 3, calls: int = 20) -> dict:
     from ..backend.inprogram import profile_program
     from ..cost.model import roofline
     from ..errors import SftError
+    from ..passes.hold_transposed import held_array
     from ..targets import get_target
     from .bench_quality_programs import program_of
 
@@ -71,7 +72,7 @@ def dispatch_row(name: str, rounds: int = 3, calls: int = 20) -> dict:
     runs: dict = {v: [] for v in variants}
     work: dict = defaultdict(dict)
     artifacts = {}
-    for variant, (text, flags) in variants.items():
+    for variant, (text, flags, _) in variants.items():
         artifacts[variant] = compile_module(text, target, flags)
         for d in profile(text, target, flags).dispatches:
             done = work[d.name].setdefault(variant, {"flops": 0.0, "bytes": 0, "bound_s": 0.0})
@@ -83,8 +84,10 @@ def dispatch_row(name: str, rounds: int = 3, calls: int = 20) -> dict:
             for variant, artifact in artifacts.items():
                 if runs[variant] is not None:
                     try:  # on one thread, as the search times kernels
+                        held = variants[variant][2]  # as the plan takes them
+                        args = [held_array(a) if i in held else a for i, a in enumerate(inputs)]
                         runs[variant].append(profile_program(
-                            Variant(artifact, target.kernel_driver), inputs, calls, program.entry))
+                            Variant(artifact, target.kernel_driver), args, calls, program.entry))
                     except SftError:
                         runs[variant] = None
                 bar.update()

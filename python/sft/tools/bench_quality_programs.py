@@ -54,6 +54,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     from ..backend.timing import loaded_call, time_variants
     from ..cost.trust import decision_kinds
     from ..errors import SftError
+    from ..passes.hold_transposed import fixed_state
     from ..plan import Plan
     from ..program import lower
     from ..quality import NOISE, ordered_pairs
@@ -63,7 +64,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
 
     target = get_target("host")
     program = program_of(name)
-    chosen, report = search_plan(program.sft_text, target)
+    chosen, report = search_plan(program.sft_text, target, fixed=fixed_state(program.signature))
     variants = {"iree-default": (Plan(), report.default_predicted)}
     for option in report.ranked:
         plan = option_plan(report, option)
@@ -90,7 +91,8 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
                 failed.append(vname)
                 continue
             alone.append(vname)
-        builders[vname] = (loaded_call, (artifact, plan.driver, inputs, keep, resident, storage))
+        builders[vname] = (loaded_call, (artifact, plan.driver, inputs, keep, resident, storage,
+                                         (), None, program.entry, plan.held))
     # The first variant on each driver again, in a process of its own: that driver's noise
     # floor (on a 2-core VM the parallel executor's times differ between processes far more
     # than the inline driver's).
