@@ -377,13 +377,14 @@ def test_contractions_alone_only_for_packed_plans_of_the_searched_program():
     from sft.space.options import DATA_TILING
 
     kernel = lambda i: SimpleNamespace(kernel=SimpleNamespace(op_id=i))  # noqa: E731
-    report = SimpleNamespace(choices=[kernel(3), kernel(9)], im2col=(), split=(), orient=(4,), expand=(),
-                             orders=())
+    report = SimpleNamespace(choices=[kernel(3), kernel(9)], im2col=(), split=(), held=(), orient=(4,),
+                             expand=(), orders=())
     packed = Plan(orient=(4,), flags=(DATA_TILING,))
     assert contractions_alone(report, packed) == Plan(orient=(4,), flags=(DATA_TILING,),
                                                       groups=((3,), (9,)))
     assert contractions_alone(report, Plan(orient=(4,))) is None           # nothing packed
     assert contractions_alone(report, Plan(flags=(DATA_TILING,))) is None  # another program
+    assert contractions_alone(report, Plan(orient=(4,), held=(0,), flags=(DATA_TILING,))) is None
     assert contractions_alone(report, Plan(orient=(4,), flags=(DATA_TILING,), groups=((3,),))) is None
 
 

@@ -191,6 +191,30 @@ def test_packed_contractions_alone_train_like_torch():
     _check(build, opt, F.cross_entropy, example, 256, plan=alone)
 
 
+def test_a_packed_view_whose_contractions_cannot_stand_alone_is_not_offered(tmp_path, monkeypatch):
+    """Where a contraction of the step lowers to ops that no dispatch of their own can hold
+    (a JAX GPT-2 step's, as the search rewrote it: "fusion group [200] is not convex"), its
+    packed option sets leave the search; the search itself goes on."""
+    import sft.search.strategy as strategy
+    from sft.errors import IllegalPlan
+
+    real = strategy.lower
+
+    def refusing(module, plan, target):
+        if plan.groups:
+            raise IllegalPlan("fusion group [0] is not convex: a value it produces is used between its ops")
+        return real(module, plan, target)
+
+    monkeypatch.setattr(strategy, "lower", refusing)
+    monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path / "cache"))
+    model = MLP((256, 1024, 256)).train()
+    example = (torch.randn(32, 256), torch.randint(0, 256, (32,)))
+    step = sft.compile_train_step(model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.05),
+                                  example, search="model")
+    ranked = [o.options for o in step.search.ranked]
+    assert ranked and not any(o.data_tiling for o in ranked)
+
+
 def test_wrong_batch_shape_is_an_error(mlp_sgd):
     """A smaller last batch: one line saying what to do."""
     with pytest.raises(sft.SftError, match=r"\(4, 32\).*not those the step was compiled for.*"

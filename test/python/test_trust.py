@@ -22,6 +22,7 @@ def test_a_plan_departs_from_iree_in_the_kinds_it_sets():
                     tiles=((0, TileConfig((8, 8, 0), (8, 8, 0), (0, 0, 8))),), orders=((1, "(0,(1,2))"),))
     assert decision_kinds(plan) == KINDS[:-1]
     assert decision_kinds(sft.Plan(flags=(UKERNELS,))) == ("ukernels",)
+    assert decision_kinds(sft.Plan(held=(0,))) == ("rewrites",)  # a parameter held transposed
     # a batch split's parts run on one thread each: that driver is the split's own decision
     assert decision_kinds(sft.Plan(batch_split=(2, 1), driver=SERIAL_DRIVER)) == ("split",)
     assert KINDS[-1] == "split"

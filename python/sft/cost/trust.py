@@ -4,13 +4,14 @@ measured error on that kind of decision.
 
 A plan departs from IREE's default in kinds of decision (`decision_kinds`): the driver
 (local-sync instead of the parallel executor), dispatch formation (aggressive fusion, data
-tiling, im2col), micro-kernels, kernel tiles, graph rewrites. Each kind has a factor: the
-predicted speed-up over IREE's default a plan needs before it is believed. The factors are
-measured by `sft-bench quality --programs --store` (per kind, the worst of measured over
-predicted time, relative to IREE's default, over every option set of held-out programs) and
-stored with the host's calibration; where never measured, `UNMEASURED` holds them high. The
-driver is where predictions went most wrong before: one executor number calibrated on one small
-matmul sent a 2-core Zen 4 host's programs to one thread (0.78x IREE's default, geomean).
+tiling, im2col), micro-kernels, kernel tiles, graph rewrites (parameters held transposed
+among them). Each kind has a factor: the predicted speed-up over IREE's default a plan needs
+before it is believed. The factors are measured by `sft-bench quality --programs --store`
+(per kind, the worst of measured over predicted time, relative to IREE's default, over every
+option set of held-out programs) and stored with the host's calibration; where never
+measured, `UNMEASURED` holds them high. The driver is where predictions went most wrong
+before: one executor number calibrated on one small matmul sent a 2-core Zen 4 host's programs
+to one thread (0.78x IREE's default, geomean).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def decision_kinds(plan) -> tuple[str, ...]:
         "formation": any(f in FORMATION_FLAGS for f in plan.flags),
         "ukernels": UKERNELS in plan.flags,
         "tiles": bool(plan.tiles or plan.low_precision),
-        "rewrites": bool(plan.orient or plan.expand or plan.orders),
+        "rewrites": bool(plan.orient or plan.expand or plan.orders or plan.held),
         "split": bool(plan.batch_split),
     }
     return tuple(k for k in KINDS if found[k])

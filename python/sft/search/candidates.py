@@ -39,7 +39,7 @@ def contractions_alone(report, plan: Plan) -> Plan | None:
     step's optimizer update: "large vector sizes (32768 bytes)", or with that check off a
     132 KiB stack); alone, mlp_b128's step compiled and its matmuls ran at 105-115 GFLOP/s on
     one Zen 4 core, against 50-65 for IREE's default code (docs/results.md)."""
-    rewrites = ("im2col", "split", "orient", "expand", "orders")  # the program the kernels' op ids name
+    rewrites = ("im2col", "split", "held", "orient", "expand", "orders")  # the program the kernels' op ids name
     if (DATA_TILING not in plan.flags or plan.groups or not report.choices
             or any(getattr(plan, r) != getattr(report, r) for r in rewrites)):
         return None

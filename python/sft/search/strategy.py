@@ -23,7 +23,7 @@ from ..backend.farm import connect
 from ..backend.iree import Artifact
 from ..backend.runtime import check_driver
 from ..cost.trust import decision_kinds
-from ..errors import SftError
+from ..errors import IllegalPlan, SftError
 from ..measure import SEARCH_REVISION, verify
 from ..ir import print_module
 from ..passes.expand_batch import ExpandBatchPass, expandable
@@ -210,9 +210,13 @@ def _take_profiles(keys: list, variants: dict, target: Target, profiles: dict, a
     alone.update({e: tuple(k.op_id for k in variants[e][0]) for e, f in packed
                   if any(d.packed_with_consumers for d in profiles[(e, f)].dispatches)})
     again = [(e, f) for e, f in packed if e in alone]  # every packed view of such a program
-    texts = [(lower(to_sft(variants[e][4]), Plan(groups=each_alone(alone[e])), target)[1], f)
-             for e, f in again]
-    profiles.update(zip(again, _profiles(texts, target)))
+    texts = {}
+    for e, f in again:
+        try:
+            texts[(e, f)] = (lower(to_sft(variants[e][4]), Plan(groups=each_alone(alone[e])), target)[1], f)
+        except IllegalPlan:  # a contraction lowered to ops its dispatch cannot hold alone
+            profiles[(e, f)] = None  # (a JAX GPT-2 step's expanded one): not offered packed
+    profiles.update(zip(texts, _profiles(list(texts.values()), target)))
 
 
 WRITTEN = ((), (), ())  # the rewrite key of the program as written: nothing rewritten
@@ -286,9 +290,12 @@ def searched_plan(program: Program, target: Target, search: str,
     fixed = fixed_state(program.signature)
     plan, report = search_plan(program.sft_text, target, precision, fixed)
     split = batch_split_of(program, target) if precision == "f32" else ()
-    extra = {}  # the split's plans verify times, by name
+    extra, layout = {}, None  # the split's plans verify times, by name, and its layout
     if split:  # the batch in parts side by side: the program for one part searched too
-        part_report = search_plan(part_text(program, split), target, precision, fixed)[1]
+        layout = split_layout(program.module(), split)
+        # join functions take the parameters as the user has them: a split with joins holds none
+        held = () if layout.join_entries else fixed
+        part_report = search_plan(part_text(program, split), target, precision, held)[1]
         found = split_picks(part_report, split, option_plan)
         extra = {name: split_plan for name, split_plan, _, _ in found}
         if found:
@@ -306,7 +313,7 @@ def searched_plan(program: Program, target: Target, search: str,
             plan = verify(report, text_of, target,
                           program.timing_inputs(), db, progress=bar.update,
                           keep=keep, resident=resident, storage=storage, farm=farm,
-                          extra=extra, layout=split_layout(program.module(), split) if extra else None)
+                          extra=extra, layout=layout if extra else None)
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
 
