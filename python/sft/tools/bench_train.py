@@ -229,6 +229,7 @@ def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = 
     cases) under every variant, each in `processes` processes of its own (the median of theirs);
     prints a table and returns every number (rows and geomean summary). ref is PyTorch eager for a torch row, jax.jit for a JAX row; verify/ref and
     model/ref are over the faster of eager and torch.compile (torch), over jax.jit (JAX)."""
+    from ..errors import SftError
     from .bench_train_jax import run_case
 
     header = (f"{'model':<18}{'ok':>3}{'disp':>5}{'chosen (verify)':>34}{'ref':>8}{'t.comp':>8}"
@@ -238,8 +239,12 @@ def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = 
     rows = []
     for name in models:
         jax_row = name in JAX_TRAIN_SUITE
-        row = (run_case(name, rounds, calls, processes) if jax_row
-               else _torch_case(name, rounds, calls, use_torch_compile, processes))
+        try:
+            row = (run_case(name, rounds, calls, processes) if jax_row
+                   else _torch_case(name, rounds, calls, use_torch_compile, processes))
+        except SftError as err:  # one row that cannot be measured does not end the table
+            print(f"{name:<18}{'N':>3}  failed: {str(err).splitlines()[0]}", flush=True)
+            continue
         rows.append(row)
         ms = lambda k: f"{row[k + '_s'] * 1e3:8.3f}" if row.get(k + "_s") else f"{'-':>8}"
         ref = ("verify_over_jax_jit", "model_over_jax_jit") if jax_row else \
