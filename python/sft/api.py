@@ -7,7 +7,8 @@ from .compiled import CompiledModel, Stages
 from .passes.split_batch import split_layout
 from .plan import Plan
 from .program import Program, import_model, prepare
-from .search.strategy import check_precision, compile_program
+from .search.compile import compile_program
+from .search.strategy import check_precision
 from .targets import Target, get_target
 
 

@@ -4,7 +4,8 @@ IREE's own constraint verifier where it can check them, and the plan replays fro
 
 import pytest
 
-from sft.search.strategy import compile_program, search_plan
+from sft.search.compile import compile_program
+from sft.search.strategy import search_plan
 from sft.backend.constraints import verify_config
 from sft.measure import kernel_program
 from sft.models import SUITE

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import sft
-from sft.search.strategy import compile_program, search_plan, searched_plan
+from sft.search.compile import compile_program
+from sft.search.strategy import search_plan, searched_plan
 from sft.errors import SftError
 from sft.models import SUITE
 from sft.passes.low_precision import castable

@@ -438,7 +438,8 @@ def test_a_pick_whose_fusion_fails_falls_back_to_the_next_option_set_with_its_ti
     a training step), the pick is tried untiled, then the option sets without that formation,
     each with its own searched tiles first, then untiled."""
     from sft.program import prepare
-    from sft.search.strategy import _fallbacks, option_plan, search_plan
+    from sft.search.compile import _fallbacks
+    from sft.search.strategy import option_plan, search_plan
     from sft.space.options import FORMATION_FLAGS
 
     program = prepare(sft.models.MLP().eval(), (torch.randn(32, 256),))[0]

@@ -64,7 +64,8 @@ def test_a_gpu_target_is_its_module_alone(tmp_path, monkeypatch):
     import sft.targets
     from sft.models import SUITE
     from sft.program import prepare
-    from sft.search.strategy import compile_program, search_plan
+    from sft.search.compile import compile_program
+    from sft.search.strategy import search_plan
 
     (tmp_path / "small_gpu.py").write_text(FAKE_GPU)
     monkeypatch.setattr(sft.targets, "__path__", [*sft.targets.__path__, str(tmp_path)])

@@ -1,12 +1,11 @@
-"""The search strategy: from a program to the plan it compiles with, and the compile itself.
+"""The search strategy: from a program to the plan it compiles with.
 
 `search_plan` is the outer search over the decisions the kernel search (`exhaustive`) takes as
 given: batch expansion and chain orders (each way searched on IREE's own view of the program,
 a rewrite kept only where it predicts a clear gain, `REWRITE_MARGIN`), the option sets, the
 low-precision twins. `searched_plan` replays a stored search from the tuning database, else
-searches (and verifies, with search="verify") and records. `compile_program` compiles the plan
-and, where a searched plan does not apply or IREE refuses it, falls back to the next option
-sets the model ranked, then to IREE's own choice: a search never makes a program fail.
+searches (and verifies, with search="verify") and records; `search/compile.py` compiles the
+plan.
 """
 
 from __future__ import annotations
@@ -18,10 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
-from ..backend import compile_module, profile
+from ..backend import profile
 from ..backend.farm import connect
-from ..backend.iree import Artifact
-from ..backend.runtime import check_driver
 from ..cost.trust import decision_kinds
 from ..errors import IllegalPlan, SftError
 from ..measure import SEARCH_REVISION, verify
@@ -37,12 +34,12 @@ from ..plan import Plan
 from ..program import Program, lower, to_sft
 from ..space.chains import contraction_chains
 from ..space.kernels import contraction_kernels
-from ..space.options import DATA_TILING, FORMATION_FLAGS, IM2COL
+from ..space.options import DATA_TILING, IM2COL
 from ..targets import Target
 from ..tuning_db import TuningDB
 from ..passes.split_batch import split_layout
 from .batch_split import batch_split_of, part_text, split_picks
-from .candidates import contractions_alone, each_alone, plan_of
+from .candidates import each_alone, plan_of
 from .chains import choose_orders, plan_orders
 from .exhaustive import SearchReport, search_program
 
@@ -316,94 +313,3 @@ def searched_plan(program: Program, target: Target, search: str,
                           extra=extra, layout=layout if extra else None)
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report
-
-
-def compile_program(program: Program, module, target: Target, plan: Plan | None = None,
-                    search: str = "none", precision: str = "f32", farm=None,
-                    ) -> tuple[Plan, SearchReport | None, str, str, Artifact]:
-    """Plan (given, searched or empty), lower and compile a prepared program; `module` is its
-    raised sft module, consumed. Returns (plan, report, lowered, planned, artifact).
-    `precision` and `farm` as in `compile`."""
-    if search not in ("none", "model", "verify"):
-        raise SftError(f"search must be 'none', 'model' or 'verify', not {search!r}")
-    check_precision(precision, search)
-    if search == "verify" and plan is None:  # verify times candidates on this machine's device
-        check_driver(target.driver)
-    report, seconds = None, program.seconds
-    start = time.perf_counter()
-    if plan is None and search != "none":
-        plan, report = searched_plan(program, target, search, TuningDB(), precision, farm)
-        seconds["search"] = time.perf_counter() - start
-    plan = plan or Plan()
-    try:
-        lowered, planned, artifact = _lower_and_compile(module, plan, target, seconds, program)
-    except SftError as error:
-        if report is None:
-            raise
-        # A searched (or replayed) plan that does not apply or that IREE refuses (aggressive
-        # fusion can exceed IREE's stack limit on a training step) is discarded, never fatal:
-        # the next option sets the model ranked (`_fallbacks`), then IREE's own choice.
-        # last, IREE's default as the search would take it (reductions reassociated), then bare
-        defaults = dict.fromkeys([Plan(flags=target.options[0].flags), Plan()])
-        for name, fallback in [*_fallbacks(report, plan), *(("iree-default", p) for p in defaults)]:
-            try:
-                lowered, planned, artifact = _lower_and_compile(program.module(), fallback, target,
-                                                                seconds, program)
-                break
-            except SftError:
-                if fallback == Plan():
-                    raise
-        report.fallback = True
-        why = error.message.splitlines()[0].split("error: ")[-1]  # not the scratch file's path
-        tiles = "" if name.endswith("its tiles") else ", untiled"
-        report.chosen = f"{name}{tiles} (the search's pick failed to compile: {why[:160]})"
-        plan = fallback
-        if search != "none":  # replays take the plan that compiled
-            TuningDB().record_plan(program.workload, _db_key(target, precision), search,
-                                   plan.to_json(), report.to_json())
-    return plan, report, lowered, planned, artifact
-
-
-def _fallbacks(report: SearchReport, failed: Plan, count: int = 4) -> list[tuple[str, Plan]]:
-    """(name, plan) to try when `failed` does not compile, best ranked first, each with the
-    search's graph rewrites: the failed option set itself untiled where it had tiles, then
-    option sets without its dispatch-forming flags (what fails is mostly a dispatch IREE's
-    codegen cannot take: aggressive fusion past the stack limit, in every set that has it),
-    each with its own searched tiles and then without (a CNN training step whose aggressive
-    fusion failed ran untiled where its next option set's tiles were priced)."""
-    failed_formation = {f for f in failed.flags if f in FORMATION_FLAGS}
-    found = {}
-    alone = contractions_alone(report, failed)
-    if alone is not None:  # the same options, the packed contractions' dispatches their own
-        found[f"{_options_named(report, failed)}, contractions alone"] = alone
-    for option in report.ranked:
-        o = option.options
-        untiled = failed.tiles and (o.flags, o.driver) == (failed.flags, failed.driver)
-        forms_failed = failed_formation <= set(o.formation_flags)  # what failed, maybe more
-        if forms_failed and not untiled:
-            continue
-        f32 = all(c.precision == "f32" for c in option.kernels)  # (casts renumber low-precision ones)
-        tiled = () if untiled or not f32 else ((f"{o.describe()}, its tiles", option_plan(report, option)),)
-        for name, plan in (*tiled, (o.describe(), plan_of(report, o))):
-            if plan != failed and plan not in found.values():
-                found[name] = plan
-    return list(found.items())[:count]
-
-
-def _options_named(report: SearchReport, plan: Plan) -> str:
-    """The name of the ranked option set `plan` was built from (its flags and driver)."""
-    return next((o.options.describe() for o in report.ranked
-                 if (o.options.flags, o.options.driver) == (plan.flags, plan.driver)), "the pick")
-
-
-def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict, program: Program):
-    """Lower `module` under `plan` (or take the front end's linalg for a plan `as_imported`)
-    and compile it as `program` is called on `target` (`Program.for_iree`)."""
-    start = time.perf_counter()
-    imported = program.linalg
-    lowered, planned = (imported, imported) if plan.as_imported else lower(module, plan, target)
-    planned = program.for_iree(planned, target)
-    lowered_at = time.perf_counter()
-    artifact = compile_module(planned, target, plan.flags)
-    seconds.update({"lower": lowered_at - start, "iree-compile": time.perf_counter() - lowered_at})
-    return lowered, planned, artifact

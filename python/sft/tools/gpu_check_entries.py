@@ -25,7 +25,8 @@ from ..plan import Plan
 from ..program import lower, prepare
 from ..search.candidates import plan_of, program_candidates
 from ..search.exhaustive import rank_tiles
-from ..search.strategy import compile_program, search_plan
+from ..search.compile import compile_program
+from ..search.strategy import search_plan
 from ..space.kernels import Kernel
 from ..values import NP_TYPES, to_numpy
 
