@@ -113,6 +113,30 @@ def test_a_contraction_fused_with_transposed_tensors_keeps_iree_config():
     assert kept.choices[0].ranked == (0,) and kept.choices[0].best == 0
 
 
+def test_a_contraction_dispatch_is_priced_at_no_less_than_its_buffers_streamed_once():
+    # A weight gradient with the optimizer's update fused in: 4 MFLOP of kernel, 4 MiB of
+    # weight, state and results (a training step's dispatch at batch 8).
+    kernel = Kernel(0, (256, 1024, 8), ("m", "n", "k"), 4, ())
+    name = "matmul_256x1024x8_f32"
+    alone = Profile((Dispatch(0, name, kernel.domain, 1 << 20, None),), 1)
+    fused = Profile((Dispatch(0, name, kernel.domain, 4 << 20, None),), 1)
+    serial = [ModuleOptions(serial=True)]
+    light = search_program([kernel], _everywhere(alone), HOST_TARGET, serial)
+    heavy = search_program([kernel], _everywhere(fused), HOST_TARGET, serial)
+    streamed = (4 << 20) / (HOST.dram_bandwidth if 4 << 20 > HOST.l2_bytes else HOST.l2_bandwidth)
+    assert heavy.ranked[0].predicted >= streamed > light.ranked[0].predicted - HOST.serial_invoke_overhead
+    assert heavy.choices[0].predicted[0] == light.choices[0].predicted[0]  # the tiles' own price
+
+
+def test_a_relayout_dispatch_costs_more_than_streaming_its_bytes():
+    from sft.cost.model import TRANSPOSED_COST, memory_bound
+
+    pack = Dispatch(0, "encode_256x1024xf32_to_256x1024xf32", (256, 1024), 2 << 20, None)
+    copy = Dispatch(0, "elementwise_256x1024_f32", (256, 1024), 2 << 20, None)
+    assert pack.is_relayout and not copy.is_relayout
+    assert memory_bound(pack, HOST, 1) == pytest.approx(TRANSPOSED_COST * memory_bound(copy, HOST, 1))
+
+
 def test_search_weighs_driver_overheads_against_parallelism():
     # One tiny dispatch: the parallel executor's wake-up dominates, so inline (serial) wins; a
     # large matmul on a target whose second core really helps goes parallel.

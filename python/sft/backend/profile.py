@@ -35,6 +35,8 @@ _WORKGROUP_SIZE = re.compile(r"workgroup_size = \[([\d, ]+)\]")
 _MMA_LAYOUT = re.compile(r"^#iree_gpu\.(?:mma_layout|virtual_mma_layout)<(\w+)>$")
 _MAP = re.compile(r"affine_map<(\([^)]*\) -> \([^)]*\))>")
 CONTRACTION_WORDS = ("matmul", "mmt4d", "conv", "contract")
+# Dispatches that only move a tensor into another layout (a transpose, data tiling's packs)
+RELAYOUT_PREFIXES = ("transpose", "elementwise_transpose", "encode", "decode", "unset_encoding")
 ONE_WORKGROUP_BYTES = 4096  # a dispatch touching less runs as one workgroup (`Profile.split_count`)
 # Named ops print no indexing maps: theirs are implied.
 _IMPLIED_MAPS = {
@@ -149,6 +151,11 @@ class Dispatch:
     @property
     def is_contraction(self) -> bool:
         return any(word in self.name for word in CONTRACTION_WORDS)
+
+    @property
+    def is_relayout(self) -> bool:
+        """It moves a tensor into another layout (reading or writing it across its rows)."""
+        return self.name.startswith(RELAYOUT_PREFIXES)
 
     @property
     def packed_with_consumers(self) -> bool:

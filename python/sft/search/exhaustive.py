@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend.profile import Profile
-from ..cost.model import (memory_bound, option_speedup, other_dispatches, overheads,
-                          transposed_seconds)
+from ..cost.model import (contraction_floor, memory_bound, option_speedup, other_dispatches,
+                          overheads, transposed_seconds)
 from .chains import plan_orders
 from ..space.kernels import Kernel, in_layout, same_layout
 from ..space.options import ModuleOptions
@@ -295,28 +295,32 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
             if low.predicted[0] < mixed[cores][i].predicted[0]:
                 mixed[cores][i] = low
     rests: dict[tuple, float] = {}
+    floors: dict[tuple, list[float]] = {}  # per kernel, its dispatch's bytes streamed once
     for o in options:
         cores = 1 if o.serial else desc.cores
         profile = profiles[o.formation_flags]
         # A twin needs a config of its own: only where tile configs apply (data tiling and
         # micro-kernels replace the kernel's codegen).
         choices = mixed[cores] if o.keeps_tiles else by_cores[cores]
-        if o.keeps_tiles:
-            kernel_time = sum(c.predicted[0] for c in choices)
-        else:
-            kernel_time = sum(c.default_prediction() for c in choices) / option_speedup(o, desc)
         key = (o.formation_flags, cores)
         if key not in rests:  # the same for every option set that forms the same dispatches
             rests[key] = (sum(memory_bound(d, desc, cores) for d in other_dispatches(profile, kernels))
                           + transposed_seconds(profile, desc, cores))
+            floors[key] = [contraction_floor(_dispatch_of(k, profile), desc, cores) for k in kernels]
         rest = rests[key]
+        if o.keeps_tiles:
+            kernel_time = sum(max(c.predicted[0], f) for c, f in zip(choices, floors[key]))
+        else:
+            kernel_time = sum(max(c.default_prediction() / option_speedup(o, desc), f)
+                              for c, f in zip(choices, floors[key]))
         # the inline driver (and a GPU) pays every dispatch; IREE's CPU executor, the ones it splits
         split = not o.serial and target.driver == "local-task"
         count = profile.split_count if split else profile.dispatch_count
         total = kernel_time + rest + overheads(o, count, desc)
         report.ranked.append(OptionChoice(o, total, tuple(choices)))
         if o.is_default:  # what the trust gate holds every pick against
-            report.default_predicted = (sum(c.default_prediction() for c in by_cores[cores])
+            report.default_predicted = (sum(max(c.default_prediction(), f)
+                                            for c, f in zip(by_cores[cores], floors[key]))
                                         + rest + overheads(o, count, desc))
     report.ranked.sort(key=lambda o: o.predicted)
     tiled = sum(o.keeps_tiles for o in options)
