@@ -544,3 +544,27 @@ def test_contractions_of_one_shape_keep_their_own_layouts():
               if c.best}
     if True in chosen:  # a transposed B is never vectorised wider than one vector along n
         assert chosen[True][3] <= HOST.simd_f32
+
+
+def test_wrapping_sft_ops_imports_nothing():
+    # The bindings look for a Python module of the sft dialect's op classes each time they wrap
+    # an sft op; a failed import each time was 1.6 s of a GPT-2 small search (sft/ir.py).
+    import sys
+
+    from sft.passes.common import compute_ops
+    from sft.program import prepare, to_sft
+
+    model = SUITE["mlp"]
+    module = to_sft(prepare(model.build(), model.inputs())[0].sft_text)
+    looked_up = []
+
+    class Spy:
+        def find_spec(self, name, path=None, target=None):
+            looked_up.append(name)
+
+    sys.meta_path.insert(0, Spy())
+    try:
+        ops = compute_ops(module)
+    finally:
+        sys.meta_path.remove(sys.meta_path[0])
+    assert ops and not looked_up, looked_up[:3]
