@@ -26,13 +26,18 @@ def programs(program) -> dict[str, tuple[str, tuple[str, ...], tuple[int, ...]]]
     arguments it holds transposed)} for a prepared program, both as IREE compiles them (a plan
     that splits the batch in parts is compiled whole, its other decisions kept)."""
     from ..api import compile_prepared
+    from ..errors import SftError
     from ..targets import get_target
 
     target = get_target("host")
     compiled = compile_prepared(program, program.module(), target, search="model", keep_ir=True)
     if compiled.plan.batch_split:  # its kernels timed on the whole batch, as IREE's are
         whole = replace(compiled.plan, batch_split=())
-        compiled = compile_prepared(program, program.module(), target, plan=whole, keep_ir=True)
+        try:
+            compiled = compile_prepared(program, program.module(), target, plan=whole, keep_ir=True)
+        except SftError:  # a batch expansion that applies to a part's batch only (mha's, of 1)
+            whole = replace(whole, expand=())
+            compiled = compile_prepared(program, program.module(), target, plan=whole, keep_ir=True)
     return {"iree": (program.for_iree(program.linalg, target), (), ()),
             "sft": (compiled.stages.planned, compiled.plan.flags, compiled.plan.held)}
 
