@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -107,6 +108,7 @@ class Report:
     basis: str                 # where the host's predictions come from: BASES' keys
     host_description: dict
     devices: tuple[DeviceReport, ...]
+    notes: tuple[str, ...] = ()  # what else the host does that the model's numbers come from
 
     @property
     def exit_code(self) -> int:
@@ -121,7 +123,7 @@ class Report:
     def to_text(self) -> str:
         """The report as a table per device, one line per check."""
         lines = [f"host predictions from {BASES[self.basis]}; a check is slow above "
-                 f"{self.threshold:g}x its predicted time"]
+                 f"{self.threshold:g}x its predicted time", *self.notes]
         for d in self.devices:
             lines.append(f"{d.name} [{d.driver}] {d.about}: {d.verdict}")
             for c in d.checks:
@@ -244,6 +246,28 @@ def host_description() -> tuple[TargetDesc, str]:
     return desc, "calibrated" if desc != detected_description() else "detected"
 
 
+HALT_POLL = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+
+
+def wakeup_note() -> str:
+    """What waking a thread on another core costs in this process (`parts.handoff_seconds`),
+    and where the kernel says why: a VM whose idle cores halt at once (Linux's haltpoll with
+    `guest_halt_poll_ns` 0) pays an exit to its hypervisor for every wake-up (67-90 us a round
+    trip on the 2-core Xeon VM, 15 with 200 us of polling)."""
+    from .backend.parts import handoff_seconds
+
+    note = (f"a thread on another core woken and heard back from in {handoff_seconds() * 1e6:.0f} us "
+            "(IREE's parallel executor pays such wake-ups each call and dispatch)")
+    try:
+        polled = int(HALT_POLL.read_text())
+    except (OSError, ValueError):
+        return note
+    if polled == 0:
+        note += (f"; idle cores halt at once here ({HALT_POLL} is 0), which makes each wake-up "
+                 "an exit to the hypervisor")
+    return note
+
+
 def check_arguments(rounds: int, threshold: float) -> None:
     """An SftError for a threshold that is not a factor above 1, or fewer than one round."""
     if not threshold > 1.0:  # NaN included
@@ -259,12 +283,13 @@ def run_doctor(rounds: int = ROUNDS, threshold: float = THRESHOLD, desc: TargetD
     check_arguments(rounds, threshold)
     stored, basis = host_description()
     desc, basis = (desc, "given") if desc is not None else (stored, basis)
+    notes = (wakeup_note(),)  # before the probes: their processes keep the cores awake
     devices = [check_host(desc, rounds=rounds, threshold=threshold, progress=progress)]
     for gpu in gpu_devices():
         name = f"{gpu['driver']}:{gpu['id']}"
         devices.append(DeviceReport(name, gpu["driver"], gpu["name"] or gpu["path"] or "GPU",
                                     (), NOT_CHECKED))
-    return Report(threshold, basis, asdict(desc), tuple(devices))
+    return Report(threshold, basis, asdict(desc), tuple(devices), notes)
 
 
 def probe_runs(rounds: int) -> int:

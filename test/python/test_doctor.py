@@ -174,3 +174,16 @@ def test_a_benchmark_that_does_not_run_is_an_error():
     assert report.verdict == "failed: broken did not run" and report.failed
     assert [c.verdict for c in report.checks][1] == "failed"
     assert doctor.Report(doctor.THRESHOLD, "given", {}, (report,)).exit_code == 1
+
+
+def test_the_report_says_what_a_wake_up_on_another_core_costs(tmp_path, monkeypatch):
+    import re
+
+    measured = float(re.search(r"in (\d+) us", doctor.wakeup_note())[1])
+    assert measured > 0
+    halting = tmp_path / "guest_halt_poll_ns"
+    halting.write_text("0\n")
+    monkeypatch.setattr(doctor, "HALT_POLL", halting)
+    assert "idle cores halt at once" in doctor.wakeup_note()
+    halting.write_text("200000\n")
+    assert "halt" not in doctor.wakeup_note().split(";")[-1]
