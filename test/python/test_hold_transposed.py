@@ -70,33 +70,6 @@ def test_the_search_weighs_holding_the_weights_and_keeps_eager_values():
         np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_a_rewrite_is_profiled_under_the_default_formation_and_the_best_one_only(monkeypatch):
-    import sft.search.strategy as strategy
-    from sft.passes.hold_transposed import fixed_state
-    from sft.search.strategy import search_plan
-    from sft.targets import get_target
-
-    program = prepare(_mlp(0), (torch.randn(8, 48),))[0]
-    texts, requested = {}, []
-    real = strategy._profiles
-
-    def recorded(requests, target):
-        requested.extend((texts.setdefault(text, len(texts)), flags) for text, flags in requests)
-        return real(requests, target)
-
-    monkeypatch.setattr(strategy, "_profiles", recorded)
-    _, report = search_plan(program.sft_text, get_target("host"), fixed=fixed_state(program.signature))
-    written = requested[0][0]  # the program as written, under IREE's default formation first
-    flags_of = {}
-    for text, flags in requested:
-        flags_of.setdefault(text, []).append(flags)
-    assert len(flags_of[written]) >= 3  # every formation (fusion, data tiling, both)
-    for text, flags in flags_of.items():
-        if text != written:  # a rewrite: IREE's default formation and at most one other
-            assert flags[0] == () and len(flags) <= 2, flags
-    assert any(name.startswith("held") for name in report.rewrites)
-
-
 def test_a_training_steps_weights_are_not_held():
     model, batch = _mlp(0).train(), (torch.randn(8, 48), torch.randn(8, 16))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -149,3 +149,23 @@ def test_verify_times_the_split_beside_the_whole_batch_and_keeps_numerics(monkey
     assert compiled.search.measured["predicted split"] > 0
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_split_is_priced_with_the_weights_each_part_reads_whole():
+    # Side by side, each part reads every argument that is not cut (the MLP's weights and
+    # biases) from the memory the cores share: the split costs that on top of its part.
+    from sft.search.batch_split import shared_seconds, split_picks
+    from sft.search.exhaustive import OptionChoice, SearchReport
+    from sft.space.options import ModuleOptions
+    from sft.targets import get_target
+
+    model, x = MLP().eval(), torch.randn(32, 256)
+    program, _ = prepare(model, (x,))
+    split = _split_plan(model, (x,)).batch_split
+    target = get_target("host")
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    assert shared_seconds(program, split, target) == pytest.approx(2 * weights / target.desc.dram_bandwidth)
+    report = SearchReport(ranked=[OptionChoice(ModuleOptions(serial=True), 1e-4, ())])
+    cheap = split_picks(report, split, lambda r, o: Plan(driver="local-sync"))[0][2]
+    priced = split_picks(report, split, lambda r, o: Plan(driver="local-sync"), 5e-5)[0][2]
+    assert priced == pytest.approx(cheap + 5e-5) and cheap > 1e-4

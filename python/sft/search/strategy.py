@@ -38,7 +38,7 @@ from ..space.options import DATA_TILING, IM2COL
 from ..targets import Target
 from ..tuning_db import TuningDB
 from ..passes.split_batch import split_layout
-from .batch_split import batch_split_of, part_text, split_picks
+from .batch_split import batch_split_of, part_text, shared_seconds, split_picks
 from .candidates import each_alone, plan_of
 from .chains import choose_orders, plan_orders
 from .exhaustive import SearchReport, search_program
@@ -166,16 +166,10 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
     # Rewrites are compared like for like (`SearchReport.as_formed`).
     reports = {WRITTEN: searched(WRITTEN, options)}
     written = reports[WRITTEN].as_formed
-    # A rewrite changes operand layouts, not which formation suits the program: it is searched
-    # under IREE's default formation and the one best for the program as written, not under
-    # every one (each profile is an iree-compile of the whole program: GPT-2 small's took
-    # 0.85 s, and its search made nine)
-    formed = reports[WRITTEN].ranked[0].options.formation_flags
-    formed = () if formed in im2col_sets else formed
     for rewrite in [e for e in variants if e != WRITTEN and profiles[(e, ())] is not None]:
         reports[rewrite] = searched(rewrite, default_only)
-        if reports[rewrite].as_formed < written * (1.0 - REWRITE_MARGIN) and formed:
-            more = [(rewrite, formed)]
+        if reports[rewrite].as_formed < written * (1.0 - REWRITE_MARGIN):
+            more = [(rewrite, f) for f in flag_sets if f and f not in im2col_sets]
             _take_profiles(more, variants, target, profiles, alone)
             reports[rewrite] = searched(rewrite, options)
     rewrite = min(reports, key=lambda e: reports[e].as_formed)
@@ -299,7 +293,7 @@ def searched_plan(program: Program, target: Target, search: str,
         # join functions take the parameters as the user has them: a split with joins holds none
         held = () if layout.join_entries else fixed
         part_report = search_plan(part_text(program, split), target, precision, held)[1]
-        found = split_picks(part_report, split, option_plan)
+        found = split_picks(part_report, split, option_plan, shared_seconds(program, split, target))
         extra = {name: split_plan for name, split_plan, _, _ in found}
         if found:
             _, split_plan, predicted, words = found[0]
