@@ -4,8 +4,8 @@ program for one part.
 
 A split runs its parts on one thread each (`backend/parts.py`), so the part's plan is the best
 predicted among the option sets on IREE's local-sync, priced at that prediction plus what the
-split itself costs on this host (`split_overhead`: the hand-over measured here) and the
-arguments every part reads whole (`shared_seconds`). It competes
+split itself costs on this host (`split_overhead`: the hand-over measured here), and never
+below the time the parts take to read the arguments each reads whole (`shared_seconds`). It competes
 with the whole program's pick: under the trust gate with search="model" (`Trust`'s "split"
 kind), timed side by side with search="verify".
 """
@@ -65,8 +65,9 @@ def shared_seconds(program: Program, split: tuple[int, ...], target: Target) -> 
     """What the parts of a split read that the whole program reads once: every argument not cut
     (the weights), read by each part at the memory's rate. The part's kernels are priced with
     their operands warm in their core's L2, as timed alone; side by side, each part takes the
-    weights from the memory the cores share. The 256-1024-256 MLP at batch 32 on the Xeon VM:
-    a part of 16 rows 237 us alone, the two side by side 519, the whole on one thread 367."""
+    weights from the memory the cores share, and no part is faster than that. The 256-1024-256
+    MLP on the Xeon VM: at batch 32 a part of 16 rows 237 us alone, the two side by side 519,
+    the whole on one thread 367; at batch 128 the split 0.77 ms, the whole on both cores 1.09."""
     sig = program.signature
     shapes = [shape for _, shape, _ in sig.state] + [shape for shape, _ in sig.inputs]
     dtypes = [dtype for _, _, dtype in sig.state] + [dtype for _, dtype in sig.inputs]
@@ -82,8 +83,8 @@ def split_picks(report, split: tuple[int, ...], plan_of_option,
     the best predicted option set on one thread of each dispatch formation
     (`plan_of_option(report, option)` builds the plan), best first; the first is the model's
     pick, verify times them all (mlp_b128's part: plain tiles predicted best, data tiling
-    measured 10% faster on one thread). Each is priced at its part's prediction, the hand-over
-    (`split_overhead`) and `shared` (`shared_seconds`)."""
+    measured 10% faster on one thread). Each is priced at its part's prediction or `shared`
+    (`shared_seconds`), whichever is longer, and the hand-over (`split_overhead`)."""
     best = {}
     for option in sorted((o for o in report.ranked if o.options.serial), key=lambda o: o.predicted):
         best.setdefault(option.options.formation_flags, option)
@@ -93,5 +94,5 @@ def split_picks(report, split: tuple[int, ...], plan_of_option,
         words = "; ".join([plan.describe()[0], f"each part: {option.options.describe()}",
                            *plan.describe()[1:]])
         name = plan.describe()[0] + (f", each part {option.options.describe()}" if i else "")
-        found.append((name, plan, option.predicted + split_overhead(split[0]) + shared, words))
+        found.append((name, plan, max(option.predicted, shared) + split_overhead(split[0]), words))
     return found
