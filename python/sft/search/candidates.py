@@ -10,7 +10,10 @@ from ..plan import Plan
 from ..space.options import DATA_TILING, ModuleOptions
 
 TOP_OPTIONS = 4  # option sets verify times beyond the best of each kind
-REWRITE_SPREAD = 1.10  # verify times the graph rewrites predicted within this of the pick's
+# verify times the graph rewrites predicted within this of the pick's (mha on the Xeon VM: its
+# weights held predicted 1.106x the batch expansion the model took, and measured the fastest,
+# 0.123 ms against 0.146 for the program as written)
+REWRITE_SPREAD = 1.15
 
 
 def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tuple = ()) -> Plan:
