@@ -3,11 +3,11 @@ arguments carry the batch and in how many parts, and the split's plan from a sea
 program for one part.
 
 A split runs its parts on one thread each (`backend/parts.py`), so the part's plan is the best
-predicted among the option sets on IREE's local-sync, priced at that prediction plus what the
-split itself costs on this host (`split_overhead`: the hand-over measured here), and never
-below the time the parts take to read the arguments each reads whole (`shared_seconds`). It competes
-with the whole program's pick: under the trust gate with search="model" (`Trust`'s "split"
-kind), timed side by side with search="verify".
+predicted among the option sets on IREE's local-sync, priced at that prediction (never below
+the time the parts take to read what each reads whole: `shared_seconds`) plus what the split
+itself costs on this host (`split_overhead`: the hand-over measured here). It competes with
+the whole program's pick: under the trust gate with search="model" (`Trust`'s "split" kind),
+timed side by side with search="verify".
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ BETWEEN = "(between dispatches)"  # the row of a call's time outside every dispa
 def programs(program) -> dict[str, tuple[str, tuple[str, ...], tuple[int, ...]]]:
     """{"iree": (the front end's linalg, (), ()), "sft": (sft's planned program, its flags, the
     arguments it holds transposed)} for a prepared program, both as IREE compiles them (a plan
-    that splits the batch in parts is compiled whole, its other decisions kept)."""
+    that splits the batch in parts is compiled whole, its other decisions kept but a batch
+    expansion that applies to a part's batch only)."""
     from ..api import compile_prepared
     from ..errors import SftError
     from ..targets import get_target
