@@ -24,6 +24,7 @@ from ..passes.split_batch import SplitBatchPass, split_layout
 from ..plan import Plan
 from ..program import Program
 from ..targets import Target
+from ..values import argument_specs
 
 
 def batch_split_of(program: Program, target: Target) -> tuple[int, ...]:
@@ -68,11 +69,9 @@ def shared_seconds(program: Program, split: tuple[int, ...], target: Target) -> 
     weights from the memory the cores share, and no part is faster than that. The 256-1024-256
     MLP on the Xeon VM: at batch 32 a part of 16 rows 237 us alone, the two side by side 519,
     the whole on one thread 367; at batch 128 the split 0.77 ms, the whole on both cores 1.09."""
-    sig = program.signature
-    shapes = [shape for _, shape, _ in sig.state] + [shape for shape, _ in sig.inputs]
-    dtypes = [dtype for _, _, dtype in sig.state] + [dtype for _, dtype in sig.inputs]
     shared = sum(math.prod(shape) * np.dtype(dtype).itemsize
-                 for i, (shape, dtype) in enumerate(zip(shapes, dtypes)) if i not in split[1:])
+                 for i, (shape, dtype) in enumerate(argument_specs(program.signature))
+                 if i not in split[1:])
     return split[0] * shared / target.desc.dram_bandwidth
 
 
