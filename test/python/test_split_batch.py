@@ -170,3 +170,26 @@ def test_a_split_is_priced_with_the_weights_each_part_reads_whole():
     assert price(5e-5) == pytest.approx(price(0.0))  # the part's own time hides the reads
     assert price(0.0) > 1e-4  # the part's time and the hand-over
     assert price(3e-4) == pytest.approx(price(0.0) + 2e-4)  # the reads are longer: they count
+
+
+def test_the_hand_over_is_measured_across_two_cores_and_frees_both_threads():
+    """Left free, the scheduler may run the caller and a helper on one core, where a round
+    trip costs a tenth of a cross-core wake-up and the parts would not overlap: the split's
+    hand-over is measured with the two held on different cores, and both freed after."""
+    import os
+
+    from sft.backend.parts import _cpu_now, _helper_threads, _on_two_cores
+
+    allowed = os.sched_getaffinity(0)
+    helper = _helper_threads(1)[0]
+    seen = {}
+    with _on_two_cores(helper):
+        helper.start(lambda: seen.update(helper=(_cpu_now(allowed), os.sched_getaffinity(0))))
+        helper.wait()
+        seen["caller"] = (_cpu_now(allowed), os.sched_getaffinity(0))
+    if len(allowed) > 1:
+        assert seen["helper"][1] == {seen["helper"][0]} and seen["caller"][1] == {seen["caller"][0]}
+        assert seen["helper"][0] != seen["caller"][0]
+    helper.start(lambda: seen.update(after=os.sched_getaffinity(0)))
+    helper.wait()
+    assert seen["after"] == allowed and os.sched_getaffinity(0) == allowed

@@ -18,6 +18,7 @@ the call, where IREE's parallel executor took the whole step 1.04-1.10 ms: no ga
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import statistics
@@ -166,18 +167,52 @@ class PartsLoaded:
 PART_COST_S = 15e-6
 @functools.cache
 def handoff_seconds() -> float:
-    """A helper thread woken and waited for, doing nothing: the median of 64 round trips in
-    this process (measured once; about 50 us on the 2-core Zen 4 VM, where a cross-core
-    wake-up takes about 25)."""
-    helper = _helper_threads(1)[0]
-    times = []
-    with _lock:
+    """A helper thread on another core woken and waited for, doing nothing: the median of 64
+    round trips in this process (measured once), the caller and the helper held on two
+    different cores meanwhile (Linux). Left free, the scheduler may keep both threads on one
+    core (the Xeon VM, after the process started others: the search's iree-compile), where a
+    round trip reads 10 us but the parts would run one after the other; across cores it reads
+    56-81 there, what a split call was measured to pay beyond its parts (60-100 us), and about
+    50 on the 2-core Zen 4 VM."""
+    helper, times = _helper_threads(1)[0], []
+    with _lock, _on_two_cores(helper):
         for _ in range(64):
             start = time.perf_counter()
             helper.start(lambda: None)
             helper.wait()
             times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+@contextlib.contextmanager
+def _on_two_cores(helper: _Helper):
+    """This thread held on the core it runs on and `helper` on another, both freed after
+    (where the OS has no affinity calls, or one core is allowed: left as they are)."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_setaffinity") else set()
+    here = _cpu_now(allowed) if allowed else None
+    there = min(allowed - {here}, default=None)
+    if there is None:
+        yield
+        return
+    os.sched_setaffinity(0, {here})
+    helper.start(os.sched_setaffinity, 0, {there})
+    helper.wait()
+    try:
+        yield
+    finally:
+        helper.start(os.sched_setaffinity, 0, allowed)
+        helper.wait()
+        os.sched_setaffinity(0, allowed)
+
+
+def _cpu_now(allowed: set[int]) -> int:
+    """The core this thread last ran on (Linux), else the first it may use."""
+    try:
+        with open("/proc/thread-self/stat") as stat:  # field 39, the processor
+            cpu = int(stat.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        cpu = -1
+    return cpu if cpu in allowed else min(allowed)
 
 
 def split_overhead(parts: int) -> float:
