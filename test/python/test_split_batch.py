@@ -172,6 +172,21 @@ def test_a_split_is_priced_with_the_weights_each_part_reads_whole():
     assert price(3e-4) == pytest.approx(price(0.0) + 2e-4)  # the reads are longer: they count
 
 
+def test_search_model_takes_a_split_only_beyond_its_trust_over_the_plan_that_would_run():
+    # The whole program's pick has passed its own gate; the split must beat that pick's
+    # prediction by the split's factor (1.30 never measured), not by the ratio of two scaled
+    # scores: the b32 MLP's split (319 us predicted against 326) measured 482 us against 330.
+    from sft.search.batch_split import split_trusted
+    from sft.targets import get_target
+
+    target = get_target("host")
+    split = Plan(batch_split=(2, 4), driver="local-sync")
+    factor = target.trust.required(split)
+    assert factor > 1.0
+    assert not split_trusted(target, split, 319e-6, 326e-6)
+    assert not split_trusted(target, split, 1e-3, 0.99 * factor * 1e-3)
+    assert split_trusted(target, split, 721e-6, 1070e-6)
+
 def test_the_hand_over_is_measured_across_two_cores_and_frees_both_threads():
     """Left free, the scheduler may run the caller and a helper on one core, where a round
     trip costs a tenth of a cross-core wake-up and the parts would not overlap: the split's

@@ -71,9 +71,9 @@ class SearchReport:
     # cannot build them packed with their consumers (`strategy._take_profiles`)
     packed_alone: tuple[int, ...] = ()
     default_predicted: float = math.inf  # IREE's default plan (its options, configs): predicted
-    # the chosen plan's predicted seconds as far as trusted (`Target.trust`), what an
-    # alternative to it (a batch split) must beat
-    pick_score: float = math.inf
+    # the chosen plan's predicted seconds (IREE default's where the trust gate keeps it): what
+    # an alternative to that plan (a batch split) must beat by the alternative's own trust
+    pick_predicted: float = math.inf
 
     @property
     def as_formed(self) -> float:

@@ -38,7 +38,7 @@ from ..space.options import DATA_TILING, IM2COL
 from ..targets import Target
 from ..tuning_db import TuningDB
 from ..passes.split_batch import split_layout
-from .batch_split import batch_split_of, part_text, shared_seconds, split_picks
+from .batch_split import batch_split_of, part_text, shared_seconds, split_picks, split_trusted
 from .candidates import each_alone, plan_of
 from .chains import choose_orders, plan_orders
 from .exhaustive import SearchReport, search_program
@@ -184,8 +184,9 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
     plans = [(option, option_plan(report, option, casts[rewrite])) for option in report.ranked]
     score = lambda pair: target.trust.pessimistic(pair[1], pair[0].predicted)  # noqa: E731
     best, plan = min(plans, key=score)
-    report.pick_score = min(score((best, plan)), report.default_predicted)
+    report.pick_predicted = best.predicted
     if score((best, plan)) >= report.default_predicted and plan != Plan():
+        report.pick_predicted = report.default_predicted
         report.chosen = _distrusted(report, best, plan, target)
         return Plan(im2col=convs, split=sums, flags=options[0].flags), report
     # every decision in words (low precision is never silent: the numbers change)
@@ -297,7 +298,7 @@ def searched_plan(program: Program, target: Target, search: str,
         extra = {name: split_plan for name, split_plan, _, _ in found}
         if found:
             _, split_plan, predicted, words = found[0]
-            if search == "model" and target.trust.pessimistic(split_plan, predicted) < report.pick_score:
+            if search == "model" and split_trusted(target, split_plan, predicted, report.pick_predicted):
                 # the part's search is the report: its op ids (chains, choices) are the plan's
                 part_report.chosen = f"{words} ({predicted * 1e6:.0f} us a call predicted)"
                 plan, report = split_plan, part_report
