@@ -265,6 +265,21 @@ def _db_key(target: Target, precision: str) -> str:
     return key + (f"-{precision}" if precision != "f32" else "")
 
 
+def split_search(program: Program, target: Target, precision: str = "f32"):
+    """(split, its layout, the part's search report, `split_picks`) of `program`: the batch in
+    parts side by side, the program for one part searched too; ((), None, None, []) where no
+    split is offered."""
+    split = batch_split_of(program, target) if precision == "f32" else ()
+    if not split:
+        return (), None, None, []
+    layout = split_layout(program.module(), split)
+    # join functions take the parameters as the user has them: a split with joins holds none
+    held = () if layout.join_entries else fixed_state(program.signature)
+    part_report = search_plan(part_text(program, split), target, precision, held)[1]
+    found = split_picks(part_report, split, option_plan, shared_seconds(program, split, target))
+    return split, layout, part_report, found
+
+
 def searched_plan(program: Program, target: Target, search: str,
                   db: TuningDB, precision: str = "f32", farm=None) -> tuple[Plan, SearchReport]:
     """search="model" or "verify": replayed from the tuning database when this program's
@@ -287,22 +302,15 @@ def searched_plan(program: Program, target: Target, search: str,
     farm = connect(farm) if search == "verify" else None  # before the search: fail fast
     fixed = fixed_state(program.signature)
     plan, report = search_plan(program.sft_text, target, precision, fixed)
-    split = batch_split_of(program, target) if precision == "f32" else ()
-    extra, layout = {}, None  # the split's plans verify times, by name, and its layout
-    if split:  # the batch in parts side by side: the program for one part searched too
-        layout = split_layout(program.module(), split)
-        # join functions take the parameters as the user has them: a split with joins holds none
-        held = () if layout.join_entries else fixed
-        part_report = search_plan(part_text(program, split), target, precision, held)[1]
-        found = split_picks(part_report, split, option_plan, shared_seconds(program, split, target))
-        extra = {name: split_plan for name, split_plan, _, _ in found}
-        if found:
-            _, split_plan, predicted, words = found[0]
-            if search == "model" and split_trusted(target, split_plan, predicted, report.pick_predicted):
-                # the part's search is the report: its op ids (chains, choices) are the plan's
-                part_report.chosen = f"{words} ({predicted * 1e6:.0f} us a call predicted)"
-                plan, report = split_plan, part_report
-            report.measured["predicted split"] = predicted  # (a prediction, for the report)
+    _, layout, part_report, found = split_search(program, target, precision)
+    extra = {name: split_plan for name, split_plan, _, _ in found}  # the split's plans verify times
+    if found:
+        _, split_plan, predicted, words = found[0]
+        if search == "model" and split_trusted(target, split_plan, predicted, report.pick_predicted):
+            # the part's search is the report: its op ids (chains, choices) are the plan's
+            part_report.chosen = f"{words} ({predicted * 1e6:.0f} us a call predicted)"
+            plan, report = split_plan, part_report
+        report.measured["predicted split"] = predicted  # (a prediction, for the report)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
             keep, resident, storage = program.timing_layout(target)

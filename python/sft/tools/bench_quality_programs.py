@@ -58,8 +58,9 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     from ..plan import Plan
     from ..program import lower
     from ..quality import NOISE, ordered_pairs
+    from ..search.batch_split import split_trusted
     from ..search.candidates import contractions_alone
-    from ..search.strategy import option_plan, search_plan
+    from ..search.strategy import option_plan, search_plan, split_search
     from ..targets import get_target
 
     target = get_target("host")
@@ -70,6 +71,12 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
         plan = option_plan(report, option)
         if plan != Plan():  # IREE's default options with no tiles: the default itself
             variants[option.options.describe()] = (plan, option.predicted)
+    whole_pick = (chosen, report.pick_predicted)
+    split, layout, _, found = split_search(program, target)
+    splits = {name: (plan, predicted) for name, plan, predicted, _ in found}
+    variants.update(splits)
+    if found and split_trusted(target, found[0][1], found[0][2], report.pick_predicted):
+        chosen = found[0][1]  # the split search="model" takes over the whole program's pick
     keep, resident, storage = program.timing_layout(target)
     inputs, builders, failed, alone = program.timing_inputs(), {}, [], []
 
@@ -91,8 +98,9 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
                 failed.append(vname)
                 continue
             alone.append(vname)
+        parts = (plan.batch_split, layout) if plan.batch_split else ((), None)
         builders[vname] = (loaded_call, (artifact, plan.driver, inputs, keep, resident, storage,
-                                         (), None, program.entry, plan.held))
+                                         *parts, program.entry, plan.held))
     # The first variant on each driver again, in a process of its own: that driver's noise
     # floor (on a 2-core VM the parallel executor's times differ between processes far more
     # than the inline driver's).
@@ -120,7 +128,14 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     pick = next((n for n in names if variants[n][0] == chosen), None)
     default_p, default_m = report.default_predicted, measured["iree-default"]
     errors = [(decision_kinds(variants[n][0]), (measured[n] / default_m) / (variants[n][1] / default_p))
-              for n in names if n != "iree-default"]
+              for n in names if n != "iree-default" and n not in splits]
+    # a split is weighed against the whole program's pick (`split_trusted`): its error is
+    # measured against that pick's, the part's own decisions (tiles, rewrites) on both sides
+    base = next((n for n in names if n not in splits and variants[n][0] == whole_pick[0]),
+                "iree-default")  # (where the gate kept IREE's default, the pick is the default)
+    if base in measured:
+        errors += [(("split",), (measured[n] / measured[base]) / (variants[n][1] / whole_pick[1]))
+                   for n in names if n in splits]
     # Two processes of one module differ by the control's spread: pairs closer than that (the
     # larger of the two variants' drivers') are not ordered by the measurement, and a pick is
     # slower than the default only beyond it. A driver whose control failed orders nothing.
@@ -132,7 +147,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
             "failed": failed, "contractions_alone": alone, "pairs": [good, total],
             "pairs_beyond_control": list(beyond),
             "control_noise": {d or "parallel": v for d, v in noise.items()},
-            "raw_pick": raw_pick, "pick": pick,
+            "raw_pick": raw_pick, "pick": pick, "split": list(split),
             "pick_slower_beyond_control": bool(pick) and measured[pick] > (1 + limit) * default_m,
             "chosen": report.chosen, "regret": measured[raw_pick] / min(seconds),
             "raw_pick_over_default": measured[raw_pick] / default_m,
