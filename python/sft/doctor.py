@@ -283,7 +283,7 @@ def run_doctor(rounds: int = ROUNDS, threshold: float = THRESHOLD, desc: TargetD
     check_arguments(rounds, threshold)
     stored, basis = host_description()
     desc, basis = (desc, "given") if desc is not None else (stored, basis)
-    notes = (wakeup_note(),)  # before the probes: their processes keep the cores awake
+    notes = (wakeup_note(),)  # across two cores, before or after the probes alike (`handoff_seconds`)
     devices = [check_host(desc, rounds=rounds, threshold=threshold, progress=progress)]
     for gpu in gpu_devices():
         name = f"{gpu['driver']}:{gpu['id']}"

@@ -21,6 +21,11 @@ def test_speed_table_and_json(tmp_path, capsys):
         assert row[f"{variant}_s"] > 0
     assert row["verify_search"]["measured_s"]["program iree-default"] > 0
     assert 0 < row["bound_s"] < float("inf") and "verify/bound" in printed
+    # both searches held to IREE's default beyond the control's noise, each row named
+    summary = json.loads(out.read_text())["summary"]
+    for search in ("verify", "model"):
+        assert f"{search} slower than IREE beyond the control's spread" in printed
+        assert set(summary[f"{search}_slower_beyond_noise"]) <= {"relu"}
 
 
 def test_a_variant_that_fails_to_build_is_recorded_not_fatal():

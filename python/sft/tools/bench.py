@@ -131,10 +131,13 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
     summary = summarize(rows)
     summary["verify_never_slower"] = all(r["verify_over_iree"] >= 1.0 for r in rows)
     # Slower beyond noise: further below 1 than the identical-module control strays either way.
-    summary["verify_slower_beyond_noise"] = [
-        r["model"] for r in rows if r["verify_over_iree"] < min(r["control"], 1 / r["control"])]
+    for search in ("verify", "model"):
+        summary[f"{search}_slower_beyond_noise"] = [
+            r["model"] for r in rows if r[f"{search}_over_iree"] < min(r["control"], 1 / r["control"])]
     print("\ngeomean: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items() if isinstance(v, float)))
-    print(f"verify slower than IREE beyond the control's spread: {summary['verify_slower_beyond_noise'] or 'none'}")
+    for search in ("verify", "model"):
+        print(f"{search} slower than IREE beyond the control's spread: "
+              f"{summary[f'{search}_slower_beyond_noise'] or 'none'}")
     print("columns: ms per call (medians of interleaved rounds, one process per variant); "
           "chosen *: replayed from the tuning database; "
           "verify/torch: speed-up over the faster of eager and torch.compile; control: IREE's "
