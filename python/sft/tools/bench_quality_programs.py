@@ -71,12 +71,12 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
         plan = option_plan(report, option)
         if plan != Plan():  # IREE's default options with no tiles: the default itself
             variants[option.options.describe()] = (plan, option.predicted)
-    whole_pick = (chosen, report.pick_predicted)
+    whole, chosen_words = chosen, report.chosen
     split, layout, _, found = split_search(program, target)
     splits = {name: (plan, predicted) for name, plan, predicted, _ in found}
     variants.update(splits)
     if found and split_trusted(target, found[0][1], found[0][2], report.pick_predicted):
-        chosen = found[0][1]  # the split search="model" takes over the whole program's pick
+        chosen, chosen_words = found[0][1], found[0][3]  # search="model" takes the split
     keep, resident, storage = program.timing_layout(target)
     inputs, builders, failed, alone = program.timing_inputs(), {}, [], []
 
@@ -131,10 +131,10 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
               for n in names if n != "iree-default" and n not in splits]
     # a split is weighed against the whole program's pick (`split_trusted`): its error is
     # measured against that pick's, the part's own decisions (tiles, rewrites) on both sides
-    base = next((n for n in names if n not in splits and variants[n][0] == whole_pick[0]),
+    base = next((n for n in names if n not in splits and variants[n][0] == whole),
                 "iree-default")  # (where the gate kept IREE's default, the pick is the default)
     if base in measured:
-        errors += [(("split",), (measured[n] / measured[base]) / (variants[n][1] / whole_pick[1]))
+        errors += [(("split",), (measured[n] / measured[base]) / (variants[n][1] / report.pick_predicted))
                    for n in names if n in splits]
     # Two processes of one module differ by the control's spread: pairs closer than that (the
     # larger of the two variants' drivers') are not ordered by the measurement, and a pick is
@@ -149,7 +149,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
             "control_noise": {d or "parallel": v for d, v in noise.items()},
             "raw_pick": raw_pick, "pick": pick, "split": list(split),
             "pick_slower_beyond_control": bool(pick) and measured[pick] > (1 + limit) * default_m,
-            "chosen": report.chosen, "regret": measured[raw_pick] / min(seconds),
+            "chosen": chosen_words, "regret": measured[raw_pick] / min(seconds),
             "raw_pick_over_default": measured[raw_pick] / default_m,
             "pick_over_default": (measured[pick] / default_m) if pick else float("nan"),
             "errors": errors}
