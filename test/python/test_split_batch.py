@@ -208,3 +208,81 @@ def test_the_hand_over_is_measured_across_two_cores_and_frees_both_threads():
     helper.start(lambda: seen.update(after=os.sched_getaffinity(0)))
     helper.wait()
     assert seen["after"] == allowed and os.sched_getaffinity(0) == allowed
+
+
+def test_the_parts_run_in_a_helper_process_that_keeps_the_state_until_it_changes():
+    """The second part runs in a helper process that keeps the model's weights from call to
+    call; new weights (`load_state_dict`) reach it, never a stale copy."""
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(8, 256)
+    compiled = sft.compile(model, (x,), plan=_split_plan(model, (x,)))
+    parts = compiled._device()
+    assert len(parts._helpers) == 1 and len(parts._loaded) == 1  # one part here, one there
+    for _ in range(2):
+        fresh = torch.randn(8, 256)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(fresh), model(fresh), rtol=1e-4, atol=1e-4)
+    other = MLP().eval()
+    compiled.load_state_dict(other.state_dict())
+    with torch.no_grad():
+        want = other(x)
+        assert not torch.allclose(want, model(x), atol=1e-3)
+    got = compiled(x)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_helper_process_that_dies_fails_its_call_in_one_line_and_the_next_call_starts_another():
+    import os
+    import signal
+
+    from sft.backend.part_process import PartProcess
+
+    helper = PartProcess()
+    os.kill(helper._process.pid, signal.SIGKILL)
+    helper._process.wait()
+    with pytest.raises(sft.SftError, match=r"the split's helper process died \(exit code -9\)"):
+        helper.round_trip()
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(8, 256)
+    compiled = sft.compile(model, (x,), plan=_split_plan(model, (x,)))
+    parts = compiled._device()
+    compiled(x)
+    os.kill(parts._helpers[0]._process.pid, signal.SIGKILL)
+    parts._helpers[0]._process.wait()
+    with torch.no_grad():  # a new helper, the module and its state loaded there again
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    assert parts._helpers[0].alive
+
+
+def test_a_top_level_script_runs_a_split_without_its_helper_importing_it(tmp_path):
+    """The helper process runs sft's own file, isolated: a script with no __main__ guard is
+    never imported again."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    marker = tmp_path / "runs"
+    script = tmp_path / "user_script.py"
+    script.write_text(textwrap.dedent(f"""
+        import torch
+        import sft
+        from sft.plan import Plan
+
+        with open({str(marker)!r}, "a") as f:  # once per import of this script
+            f.write("x")
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        x = torch.randn(4, 8)
+        compiled = sft.compile(model, (x,), plan=Plan(batch_split=(2, 4), driver="local-sync"))
+        with torch.no_grad():
+            print("close", torch.allclose(compiled(x), model(x), rtol=1e-4, atol=1e-5))
+        print("helpers", len(compiled._device()._helpers))
+    """))
+    env = dict(os.environ, SFT_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "close True" in proc.stdout and "helpers 1" in proc.stdout, proc.stdout
+    assert marker.read_text() == "x"

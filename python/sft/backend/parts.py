@@ -24,15 +24,25 @@ import os
 import statistics
 import threading
 import time
+import weakref
 
 import numpy as np
 
 from ..errors import SftError
 from .host_copy import to_host
 from .iree import Artifact
+from .part_process import part_processes
 from .runtime import Loaded
 
 PARTS_DRIVER = "local-sync"  # one thread a part: the parts themselves are the parallelism
+# SFT_PART_PROCESSES=0 runs every part on a thread of this process (to measure the difference)
+USE_PROCESSES = os.environ.get("SFT_PART_PROCESSES", "1") != "0"
+
+
+def in_processes(layout) -> bool:
+    """Whether a split of `layout` runs its parts but the first in helper processes
+    (`part_process.py`): where no join function updates state, which the caller keeps."""
+    return USE_PROCESSES and not layout.join_entries
 
 
 class _Helper:
@@ -119,8 +129,14 @@ class PartsLoaded:
         self.parts, self.layout, self.batched = parts, layout, set(layout.batched)
         # the whole's results the parts return joined, in order (theirs first, then their sums)
         self._carried = [j for j, dim in enumerate(layout.joins) if dim is not None]
-        self._loaded = [Loaded(artifact, entry, PARTS_DRIVER) for _ in range(parts)]
         self._joins = [Loaded(artifact, name, PARTS_DRIVER) for name in layout.join_entries]
+        # every part but the first in a helper process where the parts write no state
+        self._artifact, self._entry = artifact, entry
+        self._helpers, self._keys = [], []
+        if in_processes(layout):
+            self._start_helpers()
+        self._loaded = [Loaded(artifact, entry, PARTS_DRIVER)
+                        for _ in range(1 if self._helpers else parts)]
         self.driver = PARTS_DRIVER
 
     def upload(self, array: np.ndarray):
@@ -135,15 +151,15 @@ class PartsLoaded:
         for i in self.batched:
             if i >= len(arrays) or np.ndim(arrays[i]) == 0 or len(arrays[i]) % self.parts:
                 raise SftError(f"argument {i} does not divide into {self.parts} parts along dim 0")
+        if self._helpers:
+            return self._call_with_processes(arrays)
         # every other host value copied in once, for every part and join function
         arrays = [a if i in self.batched or hasattr(a, "_buffer_view")
                   else _Copied(self._loaded[0].copied_in(a)) for i, a in enumerate(arrays)]
-        cuts = [[a[k * len(a) // self.parts:(k + 1) * len(a) // self.parts] if i in self.batched
-                 else a for i, a in enumerate(arrays)] for k in range(self.parts)]
-        calls = [(m, m.arguments(cut), m._list(1)) for m, cut in zip(self._loaded, cuts)]
+        calls = [(m, m.arguments(self._cut(arrays, k)), m._list(1)) for k, m in enumerate(self._loaded)]
         _side_by_side(calls)
         outs = [m.outputs(results) for m, _, results in calls]
-        joins, carried = self.layout.joins, self._carried
+        carried = self._carried
         if self._joins:  # each sum's partials, every part's in turn, to every join function
             given = [a for i, a in enumerate(arrays) if i not in self.batched]
             given += [out[len(carried) + i] for i in range(self.layout.sums) for out in outs]
@@ -156,15 +172,56 @@ class PartsLoaded:
             rest = iter(rest)
         else:  # the same in every part: the first part's
             rest = iter(to_host(o) for o in outs[0][len(carried):])
-        joined = iter(np.concatenate([to_host(out[k]) for out in outs], axis=joins[j])
-                      for k, j in enumerate(carried))
-        return [next(rest) if dim is None else next(joined) for dim in joins]
+        return self._joined(outs, rest)
+
+    def _joined(self, outs: list, rest) -> list:
+        """The whole's results: those the parts carry joined along their dims, the others
+        from `rest`, in order."""
+        joined = iter(np.concatenate([to_host(out[k]) for out in outs], axis=self.layout.joins[j])
+                      for k, j in enumerate(self._carried))
+        return [next(rest) if dim is None else next(joined) for dim in self.layout.joins]
+
+    def _cut(self, arrays: list, k: int) -> list:
+        return [a[k * len(a) // self.parts:(k + 1) * len(a) // self.parts] if i in self.batched
+                else a for i, a in enumerate(arrays)]
+
+    def _start_helpers(self) -> None:
+        """This module loaded in the helper processes (again where one died)."""
+        self._helpers = part_processes(self.parts - 1)
+        self._keys = [helper.load(self._artifact.vmfb, self._entry) for helper in self._helpers]
+        for helper, key in zip(self._helpers, self._keys):
+            weakref.finalize(self, helper.forget, key)
+
+    def _call_with_processes(self, arrays: list) -> list:
+        """The first part on this thread, each other in its helper process: the values not
+        cut that are on the device (the state) kept there from call to call."""
+        kept = {i for i, a in enumerate(arrays) if i not in self.batched and hasattr(a, "_buffer_view")}
+        first = self._loaded[0]
+        with _lock:
+            if not all(helper.alive for helper in self._helpers):  # a call failed with it
+                self._start_helpers()
+            started, results = [], first._list(1)
+            try:
+                for k, (helper, key) in enumerate(zip(self._helpers, self._keys), 1):
+                    helper.start(key, self._cut(arrays, k), kept)
+                    started.append(helper)
+                first.invoke(first.arguments(self._cut(arrays, 0)), results)
+            finally:  # every helper begun waited for, whatever failed
+                theirs = [helper.wait() for helper in started]
+        outs = [first.outputs(results), *theirs]
+        return self._joined(outs, iter(to_host(o) for o in outs[0][len(self._carried):]))
 
 
-# What a split call costs beyond its slowest part, besides the hand-over: cutting the batch,
-# each part's argument list and read-back, the join (about 15 us a part on the 2-core Zen 4
-# VM, a 256-1024-256 MLP at batch 32).
-PART_COST_S = 15e-6
+# What a split call costs beyond its slowest part, besides the hand-over, a part: cutting the
+# batch, each part's argument list and read-back, the join; through a helper process also the
+# part's arguments and results through shared memory, and the interpreter's work after a
+# kernel that ran with its caches taken. Threads: about 15 us a part on the 2-core Zen 4 VM (a
+# 256-1024-256 MLP at batch 32). Processes: 27-50 us on the 2-core Xeon VM (the split call's
+# time beyond its first part alone, less the round trip: attention 27, the encoder layer 31,
+# the MLP 50; the MLP's part streams its 2 MB of weights through the core's L2).
+PART_COST_S = {"threads": 15e-6, "processes": 30e-6}
+
+
 @functools.cache
 def handoff_seconds() -> float:
     """A helper thread on another core woken and waited for, doing nothing: the median of 64
@@ -215,6 +272,17 @@ def _cpu_now(allowed: set[int]) -> int:
     return cpu if cpu in allowed else min(allowed)
 
 
-def split_overhead(parts: int) -> float:
-    """Seconds a call split in `parts` costs beyond its slowest part."""
-    return handoff_seconds() + PART_COST_S * parts
+def split_overhead(parts: int, processes: bool) -> float:
+    """Seconds a call split in `parts` costs beyond its slowest part, in helper processes
+    (`in_processes`) or threads."""
+    if processes:
+        return process_round_trip() + PART_COST_S["processes"] * parts
+    return handoff_seconds() + PART_COST_S["threads"] * parts
+
+
+@functools.cache
+def process_round_trip() -> float:
+    """A helper process handed a job that does nothing and heard back from (measured once):
+    about 5 us on the 2-core Xeon VM while it watches for work."""
+    with _lock:
+        return part_processes(1)[0].round_trip()

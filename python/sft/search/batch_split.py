@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..backend.parts import split_overhead
+from ..backend.parts import in_processes, split_overhead
 from ..errors import SftError
 from ..ir import print_module
 from ..passes.split_batch import SplitBatchPass, split_layout
@@ -75,15 +75,17 @@ def shared_seconds(program: Program, split: tuple[int, ...], target: Target) -> 
     return split[0] * shared / target.desc.dram_bandwidth
 
 
-def split_picks(report, split: tuple[int, ...], plan_of_option,
-                shared: float = 0.0) -> list[tuple[str, Plan, float, str]]:
+def split_picks(report, split: tuple[int, ...], plan_of_option, shared: float = 0.0,
+                layout=None) -> list[tuple[str, Plan, float, str]]:
     """The split's plans, each with its name among verify's candidates, its predicted seconds a
     call and the report's words for it, from the search `report` of the program for one part:
     the best predicted option set on one thread of each dispatch formation
     (`plan_of_option(report, option)` builds the plan), best first; the first is the model's
     pick, verify times them all (mlp_b128's part: plain tiles predicted best, data tiling
     measured 10% faster on one thread). Each is priced at its part's prediction or `shared`
-    (`shared_seconds`), whichever is longer, and the hand-over (`split_overhead`)."""
+    (`shared_seconds`), whichever is longer, and the hand-over (`split_overhead`: to helper
+    processes where the split's `layout` runs in them, else threads)."""
+    processes = layout is not None and in_processes(layout)
     best = {}
     for option in sorted((o for o in report.ranked if o.options.serial), key=lambda o: o.predicted):
         best.setdefault(option.options.formation_flags, option)
@@ -93,7 +95,8 @@ def split_picks(report, split: tuple[int, ...], plan_of_option,
         words = "; ".join([plan.describe()[0], f"each part: {option.options.describe()}",
                            *plan.describe()[1:]])
         name = plan.describe()[0] + (f", each part {option.options.describe()}" if i else "")
-        found.append((name, plan, max(option.predicted, shared) + split_overhead(split[0]), words))
+        found.append((name, plan, max(option.predicted, shared) + split_overhead(split[0], processes),
+                      words))
     return found
 
 

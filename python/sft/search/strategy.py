@@ -276,7 +276,7 @@ def split_search(program: Program, target: Target, precision: str = "f32"):
     # join functions take the parameters as the user has them: a split with joins holds none
     held = () if layout.join_entries else fixed_state(program.signature)
     part_report = search_plan(part_text(program, split), target, precision, held)[1]
-    found = split_picks(part_report, split, option_plan, shared_seconds(program, split, target))
+    found = split_picks(part_report, split, option_plan, shared_seconds(program, split, target), layout)
     return split, layout, part_report, found
 
 
