@@ -251,13 +251,14 @@ HALT_POLL = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
 
 def wakeup_note() -> str:
     """What waking a thread on another core costs in this process (`parts.handoff_seconds`),
-    and where the kernel says why: a VM whose idle cores halt at once (Linux's haltpoll with
+    against a split's helper process that watches for work (`parts.process_round_trip`), and where the kernel says why: a VM whose idle cores halt at once (Linux's haltpoll with
     `guest_halt_poll_ns` 0) pays an exit to its hypervisor for every wake-up (67-90 us a round
     trip on the 2-core Xeon VM, 15 with 200 us of polling)."""
-    from .backend.parts import handoff_seconds
+    from .backend.parts import handoff_seconds, process_round_trip
 
     note = (f"a thread on another core woken and heard back from in {handoff_seconds() * 1e6:.0f} us "
-            "(IREE's parallel executor pays such wake-ups each call and dispatch)")
+            "(IREE's parallel executor pays such wake-ups each call and dispatch); a split's "
+            f"helper process watching for work, in {process_round_trip() * 1e6:.0f} us")
     try:
         polled = int(HALT_POLL.read_text())
     except (OSError, ValueError):

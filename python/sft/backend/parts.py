@@ -1,19 +1,23 @@
-"""A batch split in parts, run side by side: one thread a part, each on IREE's local-sync.
+"""A batch split in parts, run side by side: one core a part, each on IREE's local-sync.
 
 `passes/split_batch.py` proves a program's rows independent and compiles it for one part of
-its batch; `PartsLoaded` runs it: the batched arguments cut along dim 0, every part's arguments
-prepared on the caller's thread, then each part's call made on a thread of its own (the first
-on the caller's), and each result joined along its batch dim. The cores meet twice a call (a
-helper woken, the caller woken when the last helper is done): on a 2-core Zen 4 VM 26 us to
-wake the helper and 28 us to hear it was done, against a 256-1024-256 MLP at batch 32 that
-took 207 us a half. IREE's parallel executor (local-task) meets once per dispatch and took that
-MLP 521 us where one thread took 423.
+its batch; `PartsLoaded` runs it: the batched arguments cut along dim 0, the first part called
+on the caller's thread and each other in a helper process (`part_process.py`) that keeps the
+model's state, and each result joined along its batch dim. A helper process watches shared
+memory for its part: on the 2-core Xeon VM a round trip costs about 5 us, where a helper
+thread costs two cross-core wake-ups through the interpreter's lock, 56-81 us (26 + 28 us on
+a 2-core Zen 4 VM, against a 256-1024-256 MLP at batch 32 that took 207 us a half). There,
+side by side, attention (2x32x128) took 168-204 us a call in processes and 274-283 in
+threads, the encoder layer 295-308 and 389-420, one thread the whole 167-171 and 322-334.
+IREE's parallel executor (local-task) meets once per dispatch and took that MLP 521 us where
+one thread took 423 (Zen 4).
 
 A program that sums over its batch (a training step) meets twice more: its parts' partial
 sums go to join functions, called side by side as the parts were, each updating its share of
-the state (`passes/split_join.py`). A 256-1024-256 MLP's MSE + AdamW step at batch 32: each
-half 471 us alone and 539 side by side, each join 170 alone and 241 side by side, 1.05-1.12 ms
-the call, where IREE's parallel executor took the whole step 1.04-1.10 ms: no gain there.
+the state (`passes/split_join.py`); the caller keeps that state, so these parts run on
+threads. A 256-1024-256 MLP's MSE + AdamW step at batch 32: each half 471 us alone and 539
+side by side, each join 170 alone and 241 side by side, 1.05-1.12 ms the call, where IREE's
+parallel executor took the whole step 1.04-1.10 ms: no gain there.
 """
 
 from __future__ import annotations
