@@ -251,7 +251,8 @@ HALT_POLL = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
 
 def wakeup_note() -> str:
     """What waking a thread on another core costs in this process (`parts.handoff_seconds`),
-    against a split's helper process that watches for work (`parts.process_round_trip`), and where the kernel says why: a VM whose idle cores halt at once (Linux's haltpoll with
+    against a split's helper process that watches for work (`parts.process_round_trip`), and
+    where the kernel says why: a VM whose idle cores halt at once (Linux's haltpoll with
     `guest_halt_poll_ns` 0) pays an exit to its hypervisor for every wake-up (67-90 us a round
     trip on the 2-core Xeon VM, 15 with 200 us of polling)."""
     from .backend.parts import handoff_seconds, process_round_trip

@@ -107,25 +107,28 @@ class PartProcess:
             if known is not None and known[0] is array:
                 args.append(("kept", known[1]))
                 continue
-            host = np.ascontiguousarray(to_host(array))
+            host = np.asarray(to_host(array))
+            if not host.flags.c_contiguous:  # (np.ascontiguousarray makes a 0-d array 1-d)
+                host = host.copy(order="C")
             if i in kept:
                 slot = next(self._slots)
                 if known is not None:
                     self._dropped.append(known[1])
                 self._kept[(key, i)] = (array, slot)
-                args.append(("keep", slot, offset, host.shape, host.dtype.str))
+                args.append(("keep", slot, offset, host.shape, host.dtype))
             else:
-                args.append(("data", offset, host.shape, host.dtype.str))
+                args.append(("data", offset, host.shape, host.dtype))
             data.append((offset, host))
             offset = aligned(offset + host.nbytes)
         if offset + self._results_need(key) > self.size:
             self._resize(aligned(2 * (offset + self._results_need(key))))
         for at, host in data:
             np.copyto(np.ndarray(host.shape, host.dtype, self._memory, at), host)
-        if self._dropped or self._unloaded:
-            self._send(("drop", self._dropped, self._unloaded))
+        if self._dropped or self._unloaded:  # taken first: a finalizer may add more meanwhile
+            dropped, self._dropped = self._dropped, []
+            unloaded, self._unloaded = self._unloaded, []
+            self._send(("drop", dropped, unloaded))
             self.wait()
-            self._dropped, self._unloaded = [], []
         self._send(("call", key, args, offset))
         self._call = (key, arrays, kept)
 

@@ -196,8 +196,8 @@ class Worker:
             host = view.map().asarray(view.shape, raw)
             if offset + host.nbytes > self.size:
                 raise MemoryError(f"result {i} ({host.nbytes} bytes) past the arena's end")
-            np.copyto(self._array(offset, host.shape, host.dtype.str), host)
-            out.append(("data", offset, host.shape, host.dtype.str))
+            np.copyto(self._array(offset, host.shape, host.dtype), host)
+            out.append(("data", offset, host.shape, host.dtype))
             offset = aligned(offset + host.nbytes)
         return out
 

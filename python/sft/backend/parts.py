@@ -138,7 +138,8 @@ class PartsLoaded:
         self._artifact, self._entry = artifact, entry
         self._helpers, self._keys = [], []
         if in_processes(layout):
-            self._start_helpers()
+            with _lock:  # the helpers serve one call at a time, whoever's
+                self._start_helpers()
         self._loaded = [Loaded(artifact, entry, PARTS_DRIVER)
                         for _ in range(1 if self._helpers else parts)]
         self.driver = PARTS_DRIVER
@@ -190,7 +191,7 @@ class PartsLoaded:
                 else a for i, a in enumerate(arrays)]
 
     def _start_helpers(self) -> None:
-        """This module loaded in the helper processes (again where one died)."""
+        """This module loaded in the helper processes (again where one died); `_lock` held."""
         self._helpers = part_processes(self.parts - 1)
         self._keys = [helper.load(self._artifact.vmfb, self._entry) for helper in self._helpers]
         for helper, key in zip(self._helpers, self._keys):
