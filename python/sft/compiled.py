@@ -73,6 +73,10 @@ class CompiledModel:
         self._spare: dict[int, object] = {}
         updates = [i for i, r in enumerate(self.signature.results or []) if r is not None
                    and r.kind in ("state", "device")]
+        # results that are all model outputs (no state, donated input or mutation among them)
+        # are read back as the call returns them
+        self._outputs_only = not self._storage_pairs and all(
+            r is not None and r.kind in ("output", "constant") for r in self.signature.results or ())
         if not set(self.plan.held) <= set(fixed_state(self.signature)):
             raise SftError("plan.held keeps arguments transposed on the device: only state that "
                            "no call replaces can be held so")
@@ -196,6 +200,8 @@ class CompiledModel:
         arrays = check_inputs(args, self.signature.inputs, loaded.driver)
         state = [self._device_state[name] for name, _, _ in self.signature.state]
         flat = [*state, *arrays]
+        if self._outputs_only:  # every result read back as the call returns it, nothing kept
+            return assemble(loaded.call_on_device(*flat, host=True), args, self.signature)
         outs = loaded.call_on_device(*flat, *self._storage(loaded))
         self._recycle(flat)
         host = []

@@ -175,7 +175,7 @@ def to_torch(a: np.ndarray):
     import torch
 
     a = np.asarray(a)
-    if a.dtype == ml_dtypes.bfloat16:
+    if a.dtype.kind == "V" and a.dtype == ml_dtypes.bfloat16:  # (kind first: a call's microseconds)
         return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
     return torch.from_numpy(a.copy())
 

@@ -19,32 +19,37 @@ def to_host(value):
     """A device array's values as a numpy array (anything else as it is)."""
     if not hasattr(value, "to_host"):
         return value
+    host = view_to_host(value._buffer_view, value._device)
+    wanted = value._override_dtype
+    return host if wanted is None or wanted == host.dtype else host.astype(wanted)
+
+
+def view_to_host(view, device) -> np.ndarray:
+    """A buffer view's values as a numpy array of its element type: read through the mapping
+    where the host can map it, else copied by `device` through a staging buffer."""
     if not _MAPPABLE:
         import iree.runtime as rt
 
         _MAPPABLE[:] = [int(rt.MemoryType.HOST_VISIBLE), int(rt.BufferUsage.MAPPING_SCOPED)]
-    view = value._buffer_view
     buffer = view.get_buffer()
     visible, scoped = _MAPPABLE
+    raw = _RAW_DTYPES.get(view.element_type)
+    if raw is None:
+        import iree.runtime as rt
+
+        raw = _RAW_DTYPES[view.element_type] = rt.HalElementType.map_to_dtype(view.element_type)
     if buffer.memory_type() & visible == visible and buffer.allowed_usage() & scoped == scoped:
         # The mapping read directly (the array keeps it alive): iree.runtime's own path checks
         # and converts the same things at 3x the cost, ~4 us of a one-op program's call.
-        raw = _RAW_DTYPES.get(view.element_type)
-        if raw is None:
-            import iree.runtime as rt
-
-            raw = _RAW_DTYPES[view.element_type] = rt.HalElementType.map_to_dtype(view.element_type)
-        host = view.map().asarray(view.shape, raw)
-        wanted = value._override_dtype
-        return host if wanted is None or wanted == raw else host.astype(wanted)
-    return _staged_copy(value)
+        return view.map().asarray(view.shape, raw)
+    return _staged_copy(view, device, raw)
 
 
-def _staged_copy(value) -> np.ndarray:
-    """The device array copied by the device into a host-visible buffer it allocated itself."""
+def _staged_copy(view, device, raw) -> np.ndarray:
+    """The buffer view copied by the device into a host-visible buffer it allocated itself."""
     import iree.runtime as rt
 
-    device, source = value._device, value._buffer_view.get_buffer()
+    source = view.get_buffer()
     staging = device.allocator.allocate_buffer(
         memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
         allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
@@ -53,6 +58,4 @@ def _staged_copy(value) -> np.ndarray:
     device.queue_copy(source, staging, wait_semaphores=rt.HalFence.create_at(done, 0),
                       signal_semaphores=rt.HalFence.create_at(done, 1))
     rt.HalFence.create_at(done, 1).wait()
-    raw = rt.HalElementType.map_to_dtype(value._buffer_view.element_type)
-    out = np.array(staging.map().asarray(value._buffer_view.shape, raw), copy=True)
-    return out.astype(value.dtype) if value.dtype != raw else out
+    return np.array(staging.map().asarray(view.shape, raw), copy=True)

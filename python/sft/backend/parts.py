@@ -150,13 +150,14 @@ class PartsLoaded:
     def allocate(self, shape, dtype):
         return self._loaded[0].allocate(shape, dtype)
 
-    def call_on_device(self, *arrays) -> list:
-        """The results: those joined from the parts on the host, the joins' on the device."""
+    def call_on_device(self, *arrays, host: bool = False) -> list:
+        """The results: those joined from the parts on the host, the joins' on the device
+        (read back too where `host`)."""
         arrays = [to_host(a) if i in self.batched else a for i, a in enumerate(arrays)]
         for i in self.batched:
             if i >= len(arrays) or np.ndim(arrays[i]) == 0 or len(arrays[i]) % self.parts:
                 raise SftError(f"argument {i} does not divide into {self.parts} parts along dim 0")
-        if self._helpers:
+        if self._helpers:  # (its results all on the host)
             return self._call_with_processes(arrays)
         # every other host value copied in once, for every part and join function
         arrays = [a if i in self.batched or hasattr(a, "_buffer_view")
@@ -177,7 +178,8 @@ class PartsLoaded:
             rest = iter(rest)
         else:  # the same in every part: the first part's
             rest = iter(to_host(o) for o in outs[0][len(carried):])
-        return self._joined(outs, rest)
+        joined = self._joined(outs, rest)
+        return [to_host(o) for o in joined] if host else joined
 
     def _joined(self, outs: list, rest) -> list:
         """The whole's results: those the parts carry joined along their dims, the others

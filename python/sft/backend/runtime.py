@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import SftError
-from .host_copy import to_host  # noqa: F401  (re-exported: the runtime's read-back)
+from .host_copy import to_host, view_to_host  # noqa: F401  (to_host re-exported: the runtime's read-back)
 from .iree import Artifact
 from .process import run_group
 
@@ -148,9 +148,9 @@ class Loaded:
         """Results on the host (numpy arrays; a scalar result, an i64 say, as a Python number)."""
         return [to_host(o) for o in self.call_on_device(*arrays)]
 
-    def call_on_device(self, *arrays) -> list:
+    def call_on_device(self, *arrays, host: bool = False) -> list:
         """Results as they are: device arrays stay on the device (to be passed to a later call
-        without a copy through the host)."""
+        without a copy through the host); with `host`, every result read back."""
         args, results = self.arguments(arrays), self._list(1)
         if self._through_invoker:
             self.guarded(_invoke, self._vm_invoke, (self._fn, args, results))
@@ -161,7 +161,7 @@ class Loaded:
                 self._call_times.append(time.perf_counter() - start)
                 if len(self._call_times) >= INVOKER_AFTER:
                     self._through_invoker = min(self._call_times) >= INVOKER_FROM_S
-        return self.outputs(results)
+        return self.outputs(results, host)
 
     def arguments(self, arrays):
         """A call's argument list: device arrays as they are, host values copied in."""
@@ -190,15 +190,20 @@ class Loaded:
             raise SftError(f"the compiled module failed at run time on the {self.driver} driver "
                            f"(IREE's runtime): {first[:400]}") from None
 
-    def outputs(self, results) -> list:
-        """A call's results: buffers as iree.runtime's DeviceArray, scalars as numbers."""
+    def outputs(self, results, host: bool = False) -> list:
+        """A call's results: buffers as iree.runtime's DeviceArray (numpy arrays read back
+        where `host`), scalars as numbers."""
         outs = []
         for i in range(len(results)):
             value = results.get_variant(i)
             view = value.deref(self._view, True) if isinstance(value, self._ref) else None
             # a buffer as iree.runtime's DeviceArray, a scalar (an i64 say) as the number it is
-            outs.append(value if view is None
-                        else self._device_array(self._device, view, implicit_host_transfer=True))
+            if view is None:
+                outs.append(value)
+            elif host:  # read straight from the view: no DeviceArray made to be read back
+                outs.append(view_to_host(view, self._device))
+            else:
+                outs.append(self._device_array(self._device, view, implicit_host_transfer=True))
         return outs
 
     def allocate(self, shape, dtype):
