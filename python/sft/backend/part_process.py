@@ -194,7 +194,6 @@ class PartProcess:
         self.start(key, arrays, kept)
         return self.wait()
 
-
     def round_trip(self) -> float:
         """Seconds a job that does nothing takes to go and come back (the median of 64)."""
         times = []
