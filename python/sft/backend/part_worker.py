@@ -36,6 +36,7 @@ import pickle
 import select
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class Worker:
         self.config = rt.Config(device=device)
         self.modules: dict = {}  # key -> (context, function)
         self.kept: dict = {}  # slot -> buffer view
-        self.dtypes: dict = {}  # IREE's element type -> numpy's
+        self.view_to_host = _host_copy().view_to_host
         self.spin_s = float(os.environ.get("SFT_PART_SPIN_US", "2000")) * 1e-6
 
     def _map(self, size: int) -> None:
@@ -189,17 +190,24 @@ class Worker:
             if not isinstance(value, rt.VmRef):
                 out.append(("value", value))
                 continue
-            view = value.deref(rt.HalBufferView, True)
-            raw = self.dtypes.get(view.element_type)
-            if raw is None:
-                raw = self.dtypes[view.element_type] = rt.HalElementType.map_to_dtype(view.element_type)
-            host = view.map().asarray(view.shape, raw)
+            host = self.view_to_host(value.deref(rt.HalBufferView, True), self.config.device)
             if offset + host.nbytes > self.size:
                 raise MemoryError(f"result {i} ({host.nbytes} bytes) past the arena's end")
             np.copyto(self._array(offset, host.shape, host.dtype), host)
             out.append(("data", offset, host.shape, host.dtype))
             offset = aligned(offset + host.nbytes)
         return out
+
+
+def _host_copy():
+    """sft's read-back (host_copy.py beside this file, numpy and iree.runtime only), loaded by
+    path: this process imports no sft."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sft_host_copy", Path(__file__).with_name("host_copy.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _line(err: Exception) -> str:
