@@ -4,12 +4,13 @@ fallbacks are `search.strategy`'s), return a CompiledModel."""
 from __future__ import annotations
 
 from .compiled import CompiledModel, Stages
-from .passes.split_batch import split_layout
+from .passes.split_batch import split_layout, split_of
 from .plan import Plan
 from .program import Program, import_model, prepare
 from .search.compile import compile_program
 from .search.strategy import check_precision
 from .targets import Target, get_target
+from .values import updated_results
 
 
 def linalg_of(model, example_inputs=()) -> tuple[str, str]:
@@ -76,6 +77,7 @@ def compile_prepared(program: Program, module, target: Target, plan: Plan | None
     plan, report, lowered, planned, artifact = compile_program(program, module, target, plan, search,
                                                                precision, farm)
     stages = Stages(program.linalg, program.sft_text, lowered, planned) if keep_ir else Stages()
-    layout = split_layout(program.module(), plan.batch_split) if plan.batch_split else None
+    split = split_of(plan)
+    layout = split_layout(program.module(), split, updated_results(program.signature)) if split else None
     return CompiledModel(artifact, plan, program.signature, program.state, stages,
                          count_opaque(program.sft_text), report, program.entry, program.seconds, layout)

@@ -14,6 +14,7 @@ from .backend.parts import PartsLoaded
 from .backend.runtime import to_host
 from .errors import SftError
 from .passes.hold_transposed import fixed_state, held_array
+from .passes.split_batch import split_of
 from .plan import Plan
 from .values import (DeviceArray, Signature, argument_specs, assemble, check_inputs,
                      storage_pairs, to_numpy, to_torch)
@@ -71,8 +72,6 @@ class CompiledModel:
         # one (`passes.output_storage`; two buffers per value, taking turns)
         self._storage_pairs = storage_pairs(self.signature) if self.artifact.target.state_in_place else []
         self._spare: dict[int, object] = {}
-        updates = [i for i, r in enumerate(self.signature.results or []) if r is not None
-                   and r.kind in ("state", "device")]
         # results that are all model outputs (no state, donated input or mutation among them)
         # are read back as the call returns them
         self._outputs_only = not self._storage_pairs and all(
@@ -82,10 +81,11 @@ class CompiledModel:
                            "no call replaces can be held so")
         # the state held transposed on the device (`passes.hold_transposed`)
         self._held = {self.signature.state[a][0] for a in self.plan.held}
-        if self.plan.batch_split and (self._storage_pairs or not self.split_layout.updates_once(updates)):
-            raise SftError("plan.batch_split runs parts of the batch side by side: a program that "
-                           "updates its state other than from sums over its batch, or in place, "
-                           "cannot be split")
+        self._split = split_of(self.plan)
+        if self._split and (self._storage_pairs or not self.split_layout.updates_once()):
+            raise SftError("plan.batch_split and plan.weight_split run parts side by side: a "
+                           "program that updates its state other than from sums over its batch, "
+                           "or in place, cannot be split")
         try:  # loaded now where its device is here: the state goes straight to it, uncopied
             self._device()
         except SftError:
@@ -111,8 +111,9 @@ class CompiledModel:
 
     def _device(self):
         """The module loaded on its device (the first time: loaded, and the state uploaded)."""
-        if self._loaded is None and self.plan.batch_split:
-            self._loaded = PartsLoaded(self.artifact, self.entry, self.plan.batch_split[0], self.split_layout)
+        if self._loaded is None and self._split:
+            self._loaded = PartsLoaded(self.artifact, self.entry, self._split[0], self.split_layout,
+                                       self.plan.held)
         if self._loaded is None:
             self._loaded = load(self.artifact, entry=self.entry, driver=self.plan.driver)
             self._device_state = {name: self._loaded.upload(value) if isinstance(value, np.ndarray)

@@ -24,6 +24,7 @@ from .backend.bench import Variant, benchmark
 from .backend.timing import loaded_call, time_together, time_variants
 from .errors import SftError
 from .decisions import KernelConfig, canonical
+from .passes.split_batch import split_of
 from .plan import Plan
 from .search.candidates import TOP_OPTIONS, contractions_alone, program_candidates
 from .search.exhaustive import KernelChoice, SearchReport
@@ -35,7 +36,7 @@ from .tuning_db import TuningDB
 _TYPES = {2: "f16", 4: "f32", 8: "f64"}
 MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary about that much)
 TOGETHER_BYTES = 1 << 30  # verify's candidates share their timing processes up to this much input
-SEARCH_REVISION = 41  # bump when the space or the cost model changes what a search would pick
+SEARCH_REVISION = 42  # bump when the space or the cost model changes what a search would pick
 
 
 def kernel_program(kernel: Kernel, config: KernelConfig | None) -> str:
@@ -154,7 +155,7 @@ def measure_kernel(choice: KernelChoice, target: Target, db: TuningDB,
 def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            db: TuningDB, top_options: int = TOP_OPTIONS, top_k: int = 3, rounds: int = 5,
            progress=None, keep: tuple[int, ...] = (), resident: tuple[int, ...] = (),
-           storage: tuple = (), farm=None, extra: dict | None = None, layout=None) -> Plan:
+           storage: tuple = (), farm=None, extra: dict | None = None) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles;
     the best of each driver, fusion and convolution strategy among them; a packed one IREE cannot
     compile with its contractions alone) and IREE's default, all timed side by side in each of
@@ -163,7 +164,8 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     `inputs` as the compiled object calls them: those at `resident` (the model's state, donated
     inputs) uploaded once, the results at `keep` (a training step's new state) left there, and
     output storage of the `storage` specs passed after the arguments. `extra` adds plans
-    by name (a batch split, whose parts make the results as `layout` says: `backend.parts`)."""
+    by name, each with its layout (a split, whose parts make the results as its
+    `passes.split_batch.SplitLayout` says: `backend.parts`), or None."""
     tiles = ()
     tiled = next((o for o in report.ranked if o.options.keeps_tiles), None)
     if tiled is not None:
@@ -175,7 +177,9 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
             if result.best != 0:
                 picked.append((choice.kernel.op_id, choice.space.config(result.best)))
         tiles = tuple(picked)
-    candidates = {**program_candidates(report, tiles, top_options), **(extra or {})}
+    layouts = {name: layout for name, (_, layout) in (extra or {}).items()}
+    candidates = {**program_candidates(report, tiles, top_options),
+                  **{name: plan for name, (plan, _) in (extra or {}).items()}}
     variants, plans, texts, jobs = {}, {}, {}, {}
     for name, plan in candidates.items():
         # Option sets differ in flags and driver, not in the program: lower each program once.
@@ -195,6 +199,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
         if alone is None:
             continue
         candidates[f"{name}, contractions alone"] = alone
+        layouts[f"{name}, contractions alone"] = layouts.get(name)
         try:
             retry[f"{name}, contractions alone"] = (
                 lower_plan(dataclasses.replace(alone, flags=(), driver="")), alone.flags)
@@ -213,7 +218,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     # in it, and had decided picks when each candidate had a process of its own. Where the
     # candidates' inputs would not fit many times over in one process, each gets its own.
     builders = {name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident, storage,
-                                     plans[name].batch_split, layout, "main", plans[name].held))
+                                     split_of(plans[name]) or (), layouts.get(name), "main", plans[name].held))
                 for name, v in variants.items()}
     together = sum(np.asarray(a).nbytes for a in inputs) * len(builders) <= TOGETHER_BYTES
     if farm is not None:

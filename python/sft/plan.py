@@ -30,8 +30,9 @@ AS_IMPORTED = DecisionKind(
         "never costs the user", parse=boolean, stage=COMPILE)
 
 KINDS: tuple[DecisionKind, ...] = (
-    split_batch.KIND, im2col.KIND, split_reduction.KIND, hold_transposed.KIND,  # on the sft
-    orient.KIND, expand_batch.KIND, reassociate.KIND, low_precision.KIND,     # program, in order
+    split_batch.KIND, split_batch.WEIGHT_KIND, im2col.KIND, split_reduction.KIND,  # on the sft
+    hold_transposed.KIND, orient.KIND, expand_batch.KIND, reassociate.KIND,   # program, in
+    low_precision.KIND,                                                       # order
     apply_plan.TILES, apply_plan.GROUPS,                      # on the lowered linalg
     FLAGS, DRIVER, AS_IMPORTED,                               # read by iree-compile and the runtime
 )

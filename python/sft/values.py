@@ -48,6 +48,12 @@ class Signature:
     flatten: Callable[[tuple], list] | None = None
 
 
+def updated_results(signature: Signature) -> tuple[int, ...]:
+    """The results that are new values of arguments: the model's new state, donated inputs'."""
+    return tuple(i for i, r in enumerate(signature.results or ())
+                 if r is not None and r.kind in ("state", "device"))
+
+
 def aliases(signature: Signature) -> dict[int, int]:
     """Which results are new values of which arguments, kept on the device to be passed back
     (argument index -> result index, arguments counted with the state first): the state a

@@ -177,8 +177,8 @@ def test_program_quality_times_every_option_set_and_stores_the_trust(tmp_path, m
     assert row["pairs_beyond_control"][1] <= row["pairs"][1]
     # where the batch splits among the cores (2 here and in CI), the split's plans are timed
     # whole too, and their error (against the whole program's pick) is the split's factor
-    splits = [k for k in row["measured_s"] if k.startswith("batch in")]
-    assert bool(splits) == bool(row["split"])
+    splits = [k for k in row["measured_s"] if k.startswith(("batch in", "weights in"))]
+    assert bool(splits) == bool(row["splits"])
     assert all(kinds == ["split"] for kinds, _ in row["errors"] if "split" in kinds)
     if splits:
         assert "split" in json.loads(out.read_text())["summary"]["trust_factors"]

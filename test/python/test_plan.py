@@ -46,16 +46,16 @@ def test_a_plan_is_its_decision_kinds():
     assert Plan().to_json() == "{}" and Plan().passes(SFT) == [] and Plan().describe() == []
     with pytest.raises(TypeError):
         Plan((1,))  # keywords only
-    every = Plan(batch_split=(2, 3), im2col=(6,), split=(7,), held=(1,), orient=(5,), expand=(4,), orders=((3, (0, (1, 2))),), low_precision=((2, "bf16"),),
+    every = Plan(batch_split=(2, 3), weight_split=(2, 0, 1), im2col=(6,), split=(7,), held=(1,), orient=(5,), expand=(4,), orders=((3, (0, (1, 2))),), low_precision=((2, "bf16"),),
                  tiles=((2, MLP_TILES),), groups=((0, 1),), flags=("--x",), driver="local-sync",
                  as_imported=True)
     assert not any(getattr(every, k.field) == k.default for k in KINDS)
     assert Plan.from_json(every.to_json()) == every == pickle.loads(pickle.dumps(every))
-    assert [type(p) for p in every.passes(SFT)] == [SplitBatchPass, Im2colPass, SplitReductionPass,
+    assert [type(p) for p in every.passes(SFT)] == [SplitBatchPass, SplitBatchPass, Im2colPass, SplitReductionPass,
                                                     HoldTransposedPass, OrientPass, ExpandBatchPass,
                                                     ReassociatePass, LowPrecisionPass]
     assert [type(p) for p in every.passes(IREE)] == [ApplyTilesPass, FusionGroupsPass]
-    assert every.describe() == ["batch in 2 parts side by side", "im2col ops [6]", "split sums [7]", "parameters [1] held transposed", "oriented ops [5]", "batch expanded on ops [4]", "chains reordered: op 3 as (0, (1, 2))",
+    assert every.describe() == ["batch in 2 parts side by side", "weights in 2 parts side by side", "im2col ops [6]", "split sums [7]", "parameters [1] held transposed", "oriented ops [5]", "batch expanded on ops [4]", "chains reordered: op 3 as (0, (1, 2))",
                                 "bf16 inputs, f32 accumulation on ops [2]"]
     with pytest.raises(sft.SftError, match="unknown key 'tile' .known: as_imported, batch_split, driver, expand, flags, groups, held"):
         Plan.from_json('{"tile": []}')
@@ -102,11 +102,12 @@ def test_batch_expansion_lets_iree_fold_head_transposes_with_the_same_numbers():
         expected = model(*inputs).numpy()
     np.testing.assert_allclose(expanded(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
     searched = sft.compile(model, inputs, search="model")
-    if searched.plan.batch_split:  # the search of the program for one part is the report
+    if searched.plan.batch_split or searched.plan.weight_split:  # the part's search is the report
         from sft.api import prepare
+        from sft.passes.split_batch import split_of
         from sft.search.batch_split import part_text
 
-        ids = expandable(to_sft(part_text(prepare(model, inputs)[0], searched.plan.batch_split)))
+        ids = expandable(to_sft(part_text(prepare(model, inputs)[0], split_of(searched.plan))))
     assert {"as written", f"expanded {list(ids)}"} <= set(searched.search.rewrites)
     assert searched.plan.expand in ((), ids) and "rewrites:" in searched.search.to_text()
 

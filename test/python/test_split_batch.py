@@ -154,6 +154,7 @@ def test_verify_times_the_split_beside_the_whole_batch_and_keeps_numerics(monkey
 def test_a_split_is_priced_with_the_weights_each_part_reads_whole():
     # Side by side, each part reads every argument that is not cut (the MLP's weights and
     # biases) from the memory the cores share: no split is faster than those reads.
+    from sft.passes.split_batch import split_of
     from sft.search.batch_split import shared_seconds, split_picks
     from sft.search.exhaustive import OptionChoice, SearchReport
     from sft.space.options import ModuleOptions
@@ -161,12 +162,13 @@ def test_a_split_is_priced_with_the_weights_each_part_reads_whole():
 
     model, x = MLP().eval(), torch.randn(32, 256)
     program, _ = prepare(model, (x,))
-    split = _split_plan(model, (x,)).batch_split
+    plan = _split_plan(model, (x,))
     target = get_target("host")
     weights = sum(p.numel() * 4 for p in model.parameters())
-    assert shared_seconds(program, split, target) == pytest.approx(2 * weights / target.desc.dram_bandwidth)
+    assert shared_seconds(program, split_of(plan), target) == pytest.approx(2 * weights / target.desc.dram_bandwidth)
     report = SearchReport(ranked=[OptionChoice(ModuleOptions(serial=True), 1e-4, ())])
-    price = lambda shared: split_picks(report, split, lambda r, o: Plan(driver="local-sync"), shared)[0][2]  # noqa: E731
+    price = lambda shared: split_picks(  # noqa: E731
+        report, plan.batch_split, lambda r, o: Plan(driver="local-sync"), shared)[0].predicted
     assert price(5e-5) == pytest.approx(price(0.0))  # the part's own time hides the reads
     assert price(0.0) > 1e-4  # the part's time and the hand-over
     assert price(3e-4) == pytest.approx(price(0.0) + 2e-4)  # the reads are longer: they count

@@ -45,8 +45,9 @@ USE_PROCESSES = os.environ.get("SFT_PART_PROCESSES", "1") != "0"
 
 def in_processes(layout) -> bool:
     """Whether a split of `layout` runs its parts but the first in helper processes
-    (`part_process.py`): where no join function updates state, which the caller keeps."""
-    return USE_PROCESSES and not layout.join_entries
+    (`part_process.py`): where it updates no state (the caller keeps a training step's, which
+    the parts would read anew each call)."""
+    return USE_PROCESSES and not layout.updates
 
 
 class _Helper:
@@ -122,15 +123,20 @@ def _side_by_side(calls: list) -> None:
 
 
 class PartsLoaded:
-    """A module compiled for one of `parts` parts of the batch, loaded once per part on one
-    device, called with the whole batch as `layout` (`passes.split_batch.SplitLayout`) says:
-    the arguments at `layout.batched` cut along dim 0, the others passed to every part; the
-    parts' results that carry the batch joined along their dims, and where the parts sum over
-    their batch, the join functions called side by side on their partial sums for the other
-    results (left on the device: a training step's new state)."""
+    """A module compiled for one of `parts` parts, loaded once per part on one device, called
+    with the whole arguments as `layout` (`passes.split_batch.SplitLayout`) says: the arguments
+    at `layout.cuts` cut along their dims (the batch's rows, or a layer's columns and the next
+    one's rows: the model's state is cut once and each part's share kept while that state
+    stays), the others passed to every part; the parts' results that carry the batch joined
+    along their dims, and where the parts sum over their batch, the join functions called on
+    their partial sums for the other results (left on the device: a training step's new
+    state)."""
 
-    def __init__(self, artifact: Artifact, entry: str, parts: int, layout):
-        self.parts, self.layout, self.batched = parts, layout, set(layout.batched)
+    def __init__(self, artifact: Artifact, entry: str, parts: int, layout, held: tuple[int, ...] = ()):
+        self.parts, self.layout, self.cuts = parts, layout, dict(layout.cuts)
+        self._held = set(held)  # arguments passed transposed (`passes.hold_transposed`)
+        if self._held & set(layout.join_args):
+            raise SftError("a split whose joins read its arguments holds transposed none of those")
         # the whole's results the parts return joined, in order (theirs first, then their sums)
         self._carried = [j for j, dim in enumerate(layout.joins) if dim is not None]
         self._joins = [Loaded(artifact, name, PARTS_DRIVER) for name in layout.join_entries]
@@ -142,6 +148,7 @@ class PartsLoaded:
                 self._start_helpers()
         self._loaded = [Loaded(artifact, entry, PARTS_DRIVER)
                         for _ in range(1 if self._helpers else parts)]
+        self._shares: dict[int, tuple] = {}  # argument -> (the state array, each part's share)
         self.driver = PARTS_DRIVER
 
     def upload(self, array: np.ndarray):
@@ -153,21 +160,48 @@ class PartsLoaded:
     def call_on_device(self, *arrays, host: bool = False) -> list:
         """The results: those joined from the parts on the host, the joins' on the device
         (read back too where `host`)."""
-        arrays = [to_host(a) if i in self.batched else a for i, a in enumerate(arrays)]
-        for i in self.batched:
-            if i >= len(arrays) or np.ndim(arrays[i]) == 0 or len(arrays[i]) % self.parts:
-                raise SftError(f"argument {i} does not divide into {self.parts} parts along dim 0")
-        if self._helpers:  # (its results all on the host)
-            return self._call_with_processes(arrays)
-        # every other host value copied in once, for every part and join function
-        arrays = [a if i in self.batched or hasattr(a, "_buffer_view")
-                  else _Copied(self._loaded[0].copied_in(a)) for i, a in enumerate(arrays)]
-        calls = [(m, m.arguments(self._cut(arrays, k)), m._list(1)) for k, m in enumerate(self._loaded)]
-        _side_by_side(calls)
-        outs = [m.outputs(results) for m, _, results in calls]
+        shares = {i: self._shares_of(arrays, i, dim) for i, dim in self.cuts.items()}
+        if self._helpers:
+            joined = self._call_with_processes(arrays, shares)
+        else:  # every other host value copied in once, for every part and join function
+            arrays = [a if i in shares or hasattr(a, "_buffer_view")
+                      else _Copied(self._loaded[0].copied_in(a)) for i, a in enumerate(arrays)]
+            calls = [(m, m.arguments(self._part(arrays, shares, k)), m._list(1))
+                     for k, m in enumerate(self._loaded)]
+            _side_by_side(calls)
+            joined = self._joined(arrays, [m.outputs(results) for m, _, results in calls])
+        return [to_host(o) for o in joined] if host else joined
+
+    def _shares_of(self, arrays: tuple, i: int, dim: int) -> list:
+        """Each part's share of argument `i`, cut along `dim`: a host value's cut at each call,
+        the model's state (a device value) cut once while it is the same object, the first
+        part's share then on the device, the others' too where they run on threads."""
+        array = arrays[i] if i < len(arrays) else None
+        known = self._shares.get(i)
+        if known is not None and known[0] is array:
+            return known[1]
+        shape = tuple(getattr(array, "shape", None) or np.shape(array))
+        if i in self._held:  # held transposed: a transposed share of it is this dim's
+            dim = len(shape) - 1 - dim
+        if len(shape) <= dim or shape[dim] % self.parts:
+            raise SftError(f"argument {i} does not divide into {self.parts} parts along dim {dim}")
+        shares = [np.ascontiguousarray(a) for a in np.split(to_host(array), self.parts, axis=dim)]
+        if hasattr(array, "_buffer_view"):
+            local = len(self._loaded)  # the shares of the parts this process runs
+            shares = [self.upload(a) if k < local else a for k, a in enumerate(shares)]
+            self._shares[i] = (array, shares)
+        return shares
+
+    def _part(self, arrays, shares: dict, k: int) -> list:
+        return [shares[i][k] if i in shares else a for i, a in enumerate(arrays)]
+
+    def _joined(self, arrays, outs: list) -> list:
+        """The whole's results from the parts' `outs`: those the parts carry joined along their
+        dims; the others the join functions' where the parts return sums (each sum's partials,
+        every part's in turn, after the arguments they read), else the first part's."""
         carried = self._carried
-        if self._joins:  # each sum's partials, every part's in turn, to every join function
-            given = [a for i, a in enumerate(arrays) if i not in self.batched]
+        if self._joins:
+            given = [arrays[i] for i in self.layout.join_args]
             given += [out[len(carried) + i] for i in range(self.layout.sums) for out in outs]
             calls = [(m, m.arguments(given), m._list(1)) for m in self._joins]
             _side_by_side(calls)
@@ -178,19 +212,9 @@ class PartsLoaded:
             rest = iter(rest)
         else:  # the same in every part: the first part's
             rest = iter(to_host(o) for o in outs[0][len(carried):])
-        joined = self._joined(outs, rest)
-        return [to_host(o) for o in joined] if host else joined
-
-    def _joined(self, outs: list, rest) -> list:
-        """The whole's results: those the parts carry joined along their dims, the others
-        from `rest`, in order."""
-        joined = iter(np.concatenate([to_host(out[k]) for out in outs], axis=self.layout.joins[j])
-                      for k, j in enumerate(self._carried))
-        return [next(rest) if dim is None else next(joined) for dim in self.layout.joins]
-
-    def _cut(self, arrays: list, k: int) -> list:
-        return [a[k * len(a) // self.parts:(k + 1) * len(a) // self.parts] if i in self.batched
-                else a for i, a in enumerate(arrays)]
+        parts = iter(np.concatenate([to_host(out[k]) for out in outs], axis=self.layout.joins[j])
+                     for k, j in enumerate(carried))
+        return [next(rest) if dim is None else next(parts) for dim in self.layout.joins]
 
     def _start_helpers(self) -> None:
         """This module loaded in the helper processes (again where one died); `_lock` held."""
@@ -199,10 +223,10 @@ class PartsLoaded:
         for helper, key in zip(self._helpers, self._keys):
             weakref.finalize(self, helper.forget, key)
 
-    def _call_with_processes(self, arrays: list) -> list:
-        """The first part on this thread, each other in its helper process: the values not
-        cut that are on the device (the state) kept there from call to call."""
-        kept = {i for i, a in enumerate(arrays) if i not in self.batched and hasattr(a, "_buffer_view")}
+    def _call_with_processes(self, arrays: tuple, shares: dict) -> list:
+        """The first part on this thread, each other in its helper process: the values on the
+        device (the state, whole or each part's share of it) kept there from call to call."""
+        kept = {i for i, a in enumerate(arrays) if hasattr(a, "_buffer_view")}
         first = self._loaded[0]
         with _lock:
             if not all(helper.alive for helper in self._helpers):  # a call failed with it
@@ -210,13 +234,12 @@ class PartsLoaded:
             started, results = [], first._list(1)
             try:
                 for k, (helper, key) in enumerate(zip(self._helpers, self._keys), 1):
-                    helper.start(key, self._cut(arrays, k), kept)
+                    helper.start(key, self._part(arrays, shares, k), kept)
                     started.append(helper)
-                first.invoke(first.arguments(self._cut(arrays, 0)), results)
+                first.invoke(first.arguments(self._part(arrays, shares, 0)), results)
             finally:  # every helper begun waited for, whatever failed
                 theirs = [helper.wait() for helper in started]
-        outs = [first.outputs(results), *theirs]
-        return self._joined(outs, iter(to_host(o) for o in outs[0][len(self._carried):]))
+        return self._joined(arrays, [first.outputs(results), *theirs])
 
 
 # What a split call costs beyond its slowest part, besides the hand-over, a part: cutting the
@@ -227,6 +250,9 @@ class PartsLoaded:
 # time beyond its first part alone, less the round trip: attention 27, the encoder layer 31,
 # the MLP 50; the MLP's part streams its 2 MB of weights through the core's L2).
 PART_COST_S = {"threads": 15e-6, "processes": 30e-6}
+# A join function's call after the parts (a weight split's partial sums added, the bias after):
+# its arguments' list, the call and read-back.
+JOIN_SECONDS = 25e-6
 
 
 @functools.cache

@@ -49,7 +49,7 @@ def loaded_call(artifact, driver: str, arrays: list, keep: tuple[int, ...] = (),
     from .parts import PartsLoaded
     from .runtime import load, to_host
 
-    fn = (PartsLoaded(artifact, entry, split[0], layout) if split
+    fn = (PartsLoaded(artifact, entry, split[0], layout, held) if split
           else load(artifact, entry, driver))
     if held:
         from ..passes.hold_transposed import held_array

@@ -35,12 +35,12 @@ def decision_kinds(plan) -> tuple[str, ...]:
     """The kinds of decision in which `plan` departs from IREE's default (an empty plan: none)."""
     found = {
         # a batch split runs its parts on one thread each: its driver is the split's own
-        "driver": bool(plan.driver) and not plan.batch_split,
+        "driver": bool(plan.driver) and not (plan.batch_split or plan.weight_split),
         "formation": any(f in FORMATION_FLAGS for f in plan.flags),
         "ukernels": UKERNELS in plan.flags,
         "tiles": bool(plan.tiles or plan.low_precision),
         "rewrites": bool(plan.orient or plan.expand or plan.orders or plan.held),
-        "split": bool(plan.batch_split),
+        "split": bool(plan.batch_split or plan.weight_split),
     }
     return tuple(k for k in KINDS if found[k])
 

@@ -31,6 +31,15 @@ def operation(owner):
     return getattr(owner, "operation", owner)
 
 
+def nested_reads(op):
+    """The operands of the ops nested in `op`'s regions (values it captures among them)."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in ops_of(block):
+                yield from inner.operands
+                yield from nested_reads(inner)
+
+
 def view_permutation(view) -> list[int] | None:
     """The source position each result position of a transposing sft.view reads (not the
     identity), or None when `view` is anything else (a block argument's owner included)."""

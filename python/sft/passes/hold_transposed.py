@@ -50,10 +50,9 @@ def hold_transposed(module, args: tuple[int, ...]) -> None:
     if not args:
         return
     with module.context, tm.Location.unknown():
-        funcs = functions(module)
-        if len(funcs) != 1:  # a split's join functions take the argument as the user has it
-            raise IllegalPlan("plan holds arguments transposed in a module of several functions")
-        func = funcs[0]
+        # the entry's arguments (a split's join functions take none its parts take cut:
+        # `backend.parts.PartsLoaded` holds only those)
+        func = functions(module)[0]
         found = {a: _transposing_readers(func, a) for a in args}
         for position, views in found.items():
             if views is None:
@@ -82,10 +81,7 @@ def fixed_state(signature) -> tuple[int, ...]:
 def holdable(module, candidates: tuple[int, ...]) -> tuple[int, ...]:
     """Those of the argument positions `candidates` that sft-hold-transposed can take."""
     with module.context:
-        funcs = functions(module)
-        if len(funcs) != 1:
-            return ()
-        return tuple(a for a in candidates if _transposing_readers(funcs[0], a) is not None)
+        return tuple(a for a in candidates if _transposing_readers(functions(module)[0], a) is not None)
 
 
 def held_array(array: np.ndarray) -> np.ndarray:

@@ -27,7 +27,8 @@ from ..ir import tm
 from . import indexing as ix
 from .common import functions, operation, ops_of, static_shape
 from .split_proof import analyse, analyse_function, splat_of
-from .split_join import clone_function, join_functions, join_groups, join_name, set_results
+from .split_join import (clone_function, join_arguments, join_functions, join_groups, join_name,
+                         set_results)
 
 
 def _divided(ty, dim: int, parts: int):
@@ -37,15 +38,16 @@ def _divided(ty, dim: int, parts: int):
     return tm.RankedTensorType.get(shape, t.element_type)
 
 
-def split_batch(module, parts: int, args: tuple[int, ...]) -> None:
-    """Rewrite `module` into the program of one of `parts` parts (and, where it sums over its
-    batch, the join functions after it: `split_join.py`)."""
+def split_batch(module, parts: int, cuts: tuple[tuple[int, int], ...]) -> None:
+    """Rewrite `module` into the program of one of `parts` parts of the batch its arguments
+    carry at `cuts` ((argument, dim), ...), and where it sums over its batch, the join
+    functions after it (`split_join.py`)."""
     with module.context, tm.Location.unknown():
-        an = analyse(module, parts, args)
+        an = analyse(module, parts, cuts)
         func = functions(module)[0]
         if an.sums:  # the joins from the function as it is, before its part is made
             join = clone_function(func, join_name(func, 0))
-            join_functions(join, analyse_function(join, parts, args), parts, args)
+            join_functions(join, analyse_function(join, parts, cuts), parts)
         for value, reads in an.whole_reads.items():  # a copy kept whole for them
             copy = operation(value.owner).clone(ip=tm.InsertionPoint(operation(value.owner)))
             for reader, position in reads:
@@ -74,65 +76,106 @@ def split_batch(module, parts: int, args: tuple[int, ...]) -> None:
 @dataclass(frozen=True)
 class SplitLayout:
     """How a split program's calls make the whole one's results (`backend/parts.py`): each
-    part of the batch runs the entry (the part function) on its rows of the arguments at
-    `batched`; it returns the whole's results that carry the batch (joined along `joins`), then
-    `sums` partial sums. Where it has sums, the join functions `join_entries` (side by side)
-    each take the whole's arguments but the batched ones, then each sum's partials (every
-    part's in turn), and return the whole's other results at `join_groups` (positions among
-    those). Without sums, those are the same in every part: the first part's are taken."""
+    part runs the entry (the part function) on its share of the arguments cut at `cuts`
+    ((argument, dim), ...: a batch's rows, or a layer's columns and the next one's rows); it
+    returns the whole's results that carry the batch (joined along `joins`), then `sums`
+    partial sums. Where it has sums, the join functions `join_entries` (side by side) each take
+    the whole's arguments at `join_args` (those they read; never a cut one), then each sum's
+    partials (every part's in turn), and return the whole's other results at `join_groups`
+    (positions among those). Without
+    sums, those are the same in every part: the first part's are taken. `updates`: the
+    results that are new state (a training step's)."""
 
     joins: tuple  # per result of the whole: the dim its parts join along, or None
-    batched: tuple[int, ...]
+    cuts: tuple[tuple[int, int], ...]
     sums: int = 0
     join_entries: tuple[str, ...] = ()
     join_groups: tuple[tuple[int, ...], ...] = ()
+    updates: tuple[int, ...] = ()
+    join_args: tuple[int, ...] = ()
 
-    def updates_once(self, updates) -> bool:
-        """Whether the results at `updates` (new state, donated inputs' new values) are each
-        computed once, by a join function: never by every part, nor joined from the parts."""
-        return not updates or (self.sums > 0 and all(self.joins[i] is None for i in updates))
+    def updates_once(self) -> bool:
+        """Whether the new state is computed once, by a join function: never by every part,
+        nor joined from the parts."""
+        return not self.updates or (self.sums > 0 and all(self.joins[i] is None for i in self.updates))
 
 
-def split_layout(module, split: tuple[int, ...]) -> SplitLayout:
-    """The layout of `module`'s entry split as `split` (parts, arguments...)."""
+def split_layout(module, split: tuple, updates: tuple[int, ...] = ()) -> SplitLayout:
+    """The layout of `module`'s entry split as `split` ((parts, cuts): `split_of`), where the
+    results at `updates` are new state."""
+    parts, cuts = split
     with module.context:
         func = functions(module)[0]
-        an = analyse(module, split[0], tuple(split[1:]))
+        an = analyse(module, parts, cuts)
         if not an.sums:
-            return SplitLayout(tuple(an.results), tuple(split[1:]))
+            return SplitLayout(tuple(an.results), cuts, updates=tuple(updates))
         returned = ops_of(func.regions[0].blocks[0])[-1].operands
-        groups = join_groups([v.type for v, dim in zip(returned, an.results) if dim is None], split[0])
-        return SplitLayout(tuple(an.results), tuple(split[1:]), len(an.sums),
-                           tuple(join_name(func, k) for k in range(len(groups))), groups)
+        groups = join_groups([v.type for v, dim in zip(returned, an.results) if dim is None], parts)
+        return SplitLayout(tuple(an.results), cuts, len(an.sums),
+                           tuple(join_name(func, k) for k in range(len(groups))), groups,
+                           tuple(updates), join_arguments(func, an))
+
+
+def split_of(plan) -> tuple | None:
+    """(parts, ((argument, dim), ...)) of `plan`'s split, of its batch or of its weights; None
+    where it has none."""
+    if plan.batch_split and plan.weight_split:
+        raise IllegalPlan("a plan splits its batch or its weights, not both")
+    if plan.batch_split:
+        return plan.batch_split[0], tuple((a, 0) for a in plan.batch_split[1:])
+    if plan.weight_split:
+        s = plan.weight_split
+        return s[0], tuple(zip(s[1::2], s[2::2]))
+    return None
 
 
 @dataclass(frozen=True)
 class SplitBatchPass:
-    """The program of one part of its batch: {parts=N args=I,J} (the batched arguments)."""
+    """The program of one part of its batch: {parts=N args=I,J} (dim 0 of those arguments),
+    {parts=N args=I:D,...} (dim D of argument I)."""
 
-    split: tuple[int, ...] = ()  # (parts, argument, argument, ...)
+    parts: int = 2
+    cuts: tuple[tuple[int, int], ...] = ()  # (argument, dim), ...
     name = "sft-split-batch"
 
     @classmethod
     def from_options(cls, text: str) -> "SplitBatchPass":
-        """`parts=2 args=3,4` (sft-opt -p 'sft-split-batch{parts=2 args=3}')."""
+        """`parts=2 args=3,4` or `parts=2 args=0:0,1:0,2:1` (sft-opt -p 'sft-split-batch{...}')."""
         try:
             options = dict(item.split("=", 1) for item in text.split())
             parts = int(options.pop("parts"))
-            args = tuple(int(x) for x in options.pop("args").split(",") if x.strip())
+            cuts = tuple((int(a), int(d)) for a, _, d in (
+                (x + ":0" if ":" not in x else x).partition(":")
+                for x in options.pop("args").split(",") if x.strip()))
             if options:
                 raise ValueError
         except (KeyError, ValueError):
-            raise IllegalPlan(f"{cls.name} takes parts=N args=I,J,..., not '{text}'") from None
-        return cls((parts, *args))
+            raise IllegalPlan(f"{cls.name} takes parts=N args=I,J,... (or I:DIM,...), not '{text}'") from None
+        return cls(parts, cuts)
 
     def __call__(self, module) -> None:
-        split_batch(module, self.split[0], tuple(self.split[1:]))
+        split_batch(module, self.parts, self.cuts)
+
+
+def _weight_split(value, what: str) -> tuple[int, ...]:
+    value = ints(value, what)
+    if len(value) % 2 != 1:
+        raise ValueError(f"{what} must be [parts, argument, dim, argument, dim, ...]")
+    return value
 
 
 KIND = DecisionKind(
     field="batch_split", type="tuple[int, ...]", default=(),
     doc="(parts, argument, ...): the program for 1/parts of the batch (dim 0 of those entry "
         "arguments), run as that many calls side by side on one thread each",
-    parse=ints, stage=SFT, make_pass=SplitBatchPass,
+    parse=ints, stage=SFT, make_pass=lambda split: SplitBatchPass(split[0], tuple((a, 0) for a in split[1:])),
     describe=lambda split: f"batch in {split[0]} parts side by side")
+
+WEIGHT_KIND = DecisionKind(
+    field="weight_split", type="tuple[int, ...]", default=(),
+    doc="(parts, argument, dim, argument, dim, ...): the program for 1/parts of a dim its "
+        "weights share (a layer's outputs, the next one's inputs), each part holding its share "
+        "of those weights, run side by side on one thread each; a join adds their partial sums",
+    parse=_weight_split, stage=SFT,
+    make_pass=lambda split: SplitBatchPass(split[0], tuple(zip(split[1::2], split[2::2]))),
+    describe=lambda split: f"weights in {split[0]} parts side by side")

@@ -16,7 +16,7 @@ from math import prod
 from .. import dialect
 from ..ir import tm
 from . import indexing as ix
-from .common import element_type, maps_attr, ops_of, static_shape
+from .common import element_type, maps_attr, nested_reads, operation, ops_of, static_shape
 
 
 def join_name(func, group: int) -> str:
@@ -73,12 +73,35 @@ def _sum_of(values: list, ip):
     return op.results[0]
 
 
-def join_functions(func, an, parts: int, batched: tuple[int, ...]) -> None:
+def join_arguments(func, an) -> tuple[int, ...]:
+    """The positions of `func`'s arguments that its join functions read (`an`: its analysis):
+    those the results that do not carry the batch are computed from, short of the sums
+    (a weight split's join reads the bias after the sum, not the input before it)."""
+    block = func.regions[0].blocks[0]
+    returned = ops_of(block)[-1].operands
+    todo = [v for v, dim in zip(returned, an.results) if dim is None]
+    seen, found = set(), set()
+    while todo:
+        value = todo.pop()
+        if value in seen or value in an.sums:
+            continue
+        seen.add(value)
+        if isinstance(value.owner, tm.Block):
+            if value.owner == block:
+                found.add(tm.BlockArgument(value).arg_number)
+            continue
+        todo += [*operation(value.owner).operands, *nested_reads(operation(value.owner))]
+    return tuple(sorted(found))
+
+
+def join_functions(func, an, parts: int) -> None:
     """Rewrite `func` (a copy of the whole function; `an` its `split_batch` analysis) into the
     joins: each sum over the batch read from `parts` new arguments added together, the
-    batched arguments dropped, each function returning one of `join_groups` of the results
-    that do not carry the batch."""
+    arguments it does not read (`join_arguments`) dropped, each function returning one of
+    `join_groups` of the results that do not carry the batch."""
     block = func.regions[0].blocks[0]
+    read = join_arguments(func, an)
+    unread = [i for i in range(len(block.arguments)) if i not in read]
     for total in an.sums:
         owner = total.owner.operation
         partials = [block.add_argument(total.type, owner.location) for _ in range(parts)]
@@ -87,7 +110,7 @@ def join_functions(func, an, parts: int, batched: tuple[int, ...]) -> None:
         with owner.location:
             total.replace_all_uses_with(_sum_of(partials, tm.InsertionPoint(after)))
     set_results(func, [v for v, dim in zip(ops_of(block)[-1].operands, an.results) if dim is None])
-    for i in sorted(batched, reverse=True):  # nothing of the join reads them (the proof)
+    for i in reversed(unread):
         block.erase_argument(i)
     whole = list(ops_of(block)[-1].operands)
     groups = join_groups([v.type for v in whole], parts)

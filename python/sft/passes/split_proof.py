@@ -23,7 +23,7 @@ from .. import dialect
 from ..errors import IllegalPlan
 from ..ir import tm, where
 from . import indexing as ix
-from .common import functions, map_list, operation, ops_of, static_shape
+from .common import functions, map_list, nested_reads, operation, ops_of, static_shape
 
 
 class _Refused(Exception):
@@ -224,20 +224,11 @@ def _sums_batch(op) -> bool:
     return number(zero).value == 0
 
 
-def _nested_reads(op):
-    """The operands of the ops nested in `op`'s regions (values it captures among them)."""
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in ops_of(block):
-                yield from inner.operands
-                yield from _nested_reads(inner)
-
-
 def _walk(block, an: _Analysis) -> None:
     memo: dict = {}
     for op in ops_of(block):
         carried = [v for v in op.operands if v in an.carry]
-        reads = [*op.operands, *_nested_reads(op)]
+        reads = [*op.operands, *nested_reads(op)]
         try:
             if op.name != "func.return" and any(v in an.joined or v in an.sums for v in reads):
                 if any(v in an.carry for v in reads):
@@ -267,28 +258,34 @@ def _joined(carry: _Carry | None, shape, an: _Analysis) -> int | None:
     return carry.dim
 
 
-def analyse(module, parts: int, args: tuple[int, ...]) -> _Analysis:
-    """Which values carry the batch (dim 0 of the entry's arguments `args`) when the program
-    runs in `parts` parts; IllegalPlan naming why not where it cannot."""
+def analyse(module, parts: int, cuts: tuple[tuple[int, int], ...]) -> _Analysis:
+    """Which values carry the batch (dim `dim` of the entry's argument `arg`, for each
+    (arg, dim) of `cuts`) when the program runs in `parts` parts; IllegalPlan naming why not
+    where it cannot."""
     funcs = functions(module)
     if len(funcs) != 1:
         raise IllegalPlan("sft-split-batch takes a module of one function")
-    return analyse_function(funcs[0], parts, args)
+    return analyse_function(funcs[0], parts, cuts)
 
 
-def analyse_function(func, parts: int, args: tuple[int, ...]) -> _Analysis:
+def analyse_function(func, parts: int, cuts: tuple[tuple[int, int], ...]) -> _Analysis:
     block = func.regions[0].blocks[0]
     try:
-        if parts < 2 or not args or any(not 0 <= i < len(block.arguments) for i in args):
+        args = [a for a, _ in cuts]
+        if parts < 2 or not cuts or any(not 0 <= i < len(block.arguments) for i in args) \
+                or len(set(args)) != len(args):
             raise _Refused(f"it takes two or more parts and the entry's batched arguments, not "
-                           f"{parts} parts of arguments {list(args)}")
-        shapes = [static_shape(block.arguments[i]) for i in args]
-        batches = {s[0] if s else 0 for s in shapes}
+                           f"{parts} parts of arguments {args}")
+        shapes = [static_shape(block.arguments[a]) or [] for a in args]
+        if any(not 0 <= d < len(s) for s, (_, d) in zip(shapes, cuts)):
+            raise _Refused(f"an argument has no dim to cut at ({list(cuts)})")
+        batches = {s[d] for s, (_, d) in zip(shapes, cuts)}
         if len(batches) != 1 or min(batches) % parts or not min(batches):
-            raise _Refused(f"the batched arguments' dim 0 ({sorted(batches)}) is not one batch "
-                           f"that divides into {parts} parts")
+            dims = sorted({d for _, d in cuts})
+            raise _Refused(f"the batched arguments' dim {', '.join(map(str, dims))} "
+                           f"({sorted(batches)}) is not one batch that divides into {parts} parts")
         an = _Analysis(batches.pop())
-        an.carry.update({block.arguments[i]: _Carry(0, 1) for i in args})
+        an.carry.update({block.arguments[a]: _Carry(d, 1) for a, d in cuts})
         _walk(block, an)
         for value, dim in [*((v, c.dim) for v, c in an.carry.items()), *an.halve.items()]:
             if static_shape(value)[dim] % parts:

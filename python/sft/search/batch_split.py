@@ -1,6 +1,7 @@
-"""The batch split as a search decision (`Plan.batch_split`, `passes/split_batch.py`): which
-arguments carry the batch and in how many parts, and the split's plan from a search of the
-program for one part.
+"""The splits as search decisions (`passes/split_batch.py`): of the batch (`Plan.batch_split`:
+which arguments carry it and in how many parts) or of the weights (`Plan.weight_split`: which
+dim of which parameters, each part holding its share), and the split's plan from a search of
+the program for one part.
 
 A split runs its parts on one thread each (`backend/parts.py`), so the part's plan is the best
 predicted among the option sets on IREE's local-sync, priced at that prediction (never below
@@ -13,18 +14,18 @@ timed side by side with search="verify".
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..backend.parts import in_processes, split_overhead
+from ..backend.parts import JOIN_SECONDS, in_processes, split_overhead
 from ..errors import SftError
 from ..ir import print_module
-from ..passes.split_batch import SplitBatchPass, split_layout
+from ..passes.split_batch import SplitBatchPass, SplitLayout, split_layout
 from ..plan import Plan
 from ..program import Program
 from ..targets import Target
-from ..values import argument_specs
+from ..values import argument_specs, updated_results
 
 
 def batch_split_of(program: Program, target: Target) -> tuple[int, ...]:
@@ -38,7 +39,7 @@ def batch_split_of(program: Program, target: Target) -> tuple[int, ...]:
     sig = program.signature
     if not target.split_batches or target.desc.cores < 2 or program.storage_pairs(target):
         return ()
-    updates = [i for i, r in enumerate(sig.results or []) if r is not None and r.kind in ("state", "device")]
+    updates = updated_results(sig)
     shapes = [shape for shape, _ in sig.inputs]
     for batch in dict.fromkeys(s[0] for s in reversed(shapes) if s):
         parts = max((p for p in range(2, target.desc.cores + 1) if batch % p == 0), default=0)
@@ -47,56 +48,105 @@ def batch_split_of(program: Program, target: Target) -> tuple[int, ...]:
         for cut in dict.fromkeys([tuple(every), tuple(last)]):
             split = (parts, *(len(sig.state) + i for i in cut))
             try:
-                layout = split_layout(program.module(), split) if parts and cut else None
+                layout = split_layout(program.module(), (parts, tuple((a, 0) for a in split[1:])),
+                                      updates) if parts and cut else None
             except SftError:
                 continue
-            if layout and layout.updates_once(updates):
+            if layout and layout.updates_once():
                 return split
     return ()
 
 
-def part_text(program: Program, split: tuple[int, ...]) -> str:
-    """The sft text of the program for one part of its batch."""
+def weight_split_of(program: Program, target: Target) -> tuple[int, ...]:
+    """(parts, argument, dim, ...) for `program` on `target`: the model's parameters cut along
+    a dim they share (a layer's outputs, the next layer's inputs: Megatron's column and row
+    split), each part holding its share of them and summing its share of what the next
+    layer sums, in the most parts up to the target's cores that divide it; () where none is
+    offered (one core, a GPU, a program that updates state or writes it in place) or the proof
+    refuses every dim. Dims are tried by the bytes of parameters they cut, most first; a
+    parameter with two dims of that extent (a square weight) is not cut."""
+    sig = program.signature
+    if (not target.split_batches or target.desc.cores < 2 or program.storage_pairs(target)
+            or updated_results(sig)):
+        return ()
+    cut_bytes: dict[int, int] = {}
+    for _, shape, dtype in sig.state:
+        for extent in set(shape):
+            cut_bytes[extent] = cut_bytes.get(extent, 0) + math.prod(shape) * np.dtype(dtype).itemsize
+    for extent in sorted(cut_bytes, key=lambda e: -cut_bytes[e]):
+        parts = max((p for p in range(2, target.desc.cores + 1) if extent % p == 0), default=0)
+        cuts = tuple((i, shape.index(extent)) for i, (_, shape, _) in enumerate(sig.state)
+                     if shape.count(extent) == 1)
+        if not parts or not cuts:
+            continue
+        try:
+            layout = split_layout(program.module(), (parts, cuts))
+        except SftError:
+            continue
+        if layout.sums:  # the parts sum what follows: a split of the weights, not of the rows
+            return (parts, *(x for cut in cuts for x in cut))
+    return ()
+
+
+def part_text(program: Program, split: tuple) -> str:
+    """The sft text of the program for one part of its split ((parts, cuts): `split_of`)."""
     module = program.module()
-    SplitBatchPass(split)(module)
+    SplitBatchPass(*split)(module)
     return print_module(module)
 
 
-def shared_seconds(program: Program, split: tuple[int, ...], target: Target) -> float:
-    """What the parts of a split read that the whole program reads once: every argument not cut
-    (the weights), read by each part at the memory's rate. The part's kernels are priced with
-    their operands warm in their core's L2, as timed alone; side by side, each part takes the
-    weights from the memory the cores share, and no part is faster than that. The 256-1024-256
-    MLP on the Xeon VM: at batch 32 a part of 16 rows 237 us alone, the two side by side 519,
-    the whole on one thread 367; at batch 128 the split 0.77 ms, the whole on both cores 1.09."""
+def shared_seconds(program: Program, split: tuple, target: Target) -> float:
+    """What the parts of a split ((parts, cuts)) read that the whole program reads once: every
+    argument not cut (a batch split's weights), read by each part at the memory's rate. The
+    part's kernels are priced with their operands warm in their core's L2, as timed alone;
+    side by side, each part takes the weights from the memory the cores share, and no part is
+    faster than that. The 256-1024-256 MLP on the Xeon VM: at batch 32 a part of 16 rows 237
+    us alone, the two side by side 519, the whole on one thread 367; at batch 128 the split
+    0.77 ms, the whole on both cores 1.09."""
+    cut = {a for a, _ in split[1]}
     shared = sum(math.prod(shape) * np.dtype(dtype).itemsize
                  for i, (shape, dtype) in enumerate(argument_specs(program.signature))
-                 if i not in split[1:])
+                 if i not in cut)
     return split[0] * shared / target.desc.dram_bandwidth
 
 
+@dataclass(frozen=True)
+class SplitPick:
+    """A split plan: its name among verify's candidates, the plan, its predicted seconds a
+    call, the report's words for it, its layout and the search report of the program for one
+    part (whose op ids the plan's other decisions name)."""
+
+    name: str
+    plan: Plan
+    predicted: float
+    words: str
+    layout: SplitLayout
+    report: object
+
+
 def split_picks(report, split: tuple[int, ...], plan_of_option, shared: float = 0.0,
-                layout=None) -> list[tuple[str, Plan, float, str]]:
-    """The split's plans, each with its name among verify's candidates, its predicted seconds a
-    call and the report's words for it, from the search `report` of the program for one part:
-    the best predicted option set on one thread of each dispatch formation
-    (`plan_of_option(report, option)` builds the plan), best first; the first is the model's
-    pick, verify times them all (mlp_b128's part: plain tiles predicted best, data tiling
-    measured 10% faster on one thread). Each is priced at its part's prediction or `shared`
-    (`shared_seconds`), whichever is longer, and the hand-over (`split_overhead`: to helper
-    processes where the split's `layout` runs in them, else threads)."""
+                layout: SplitLayout | None = None, field: str = "batch_split") -> list[SplitPick]:
+    """The split's plans (`split` the value of the plan's `field`), from the search `report`
+    of the program for one part: the best predicted option set on one thread of each dispatch
+    formation (`plan_of_option(report, option)` builds the plan), best first; the first is the
+    model's pick, verify times them all (mlp_b128's part: plain tiles predicted best, data
+    tiling measured 10% faster on one thread). Each is priced at its part's prediction or
+    `shared` (`shared_seconds`), whichever is longer, and the hand-over (`split_overhead`: to
+    helper processes where the split's `layout` runs in them, else threads), and where the
+    parts' sums are joined, a join's call (`JOIN_SECONDS`)."""
     processes = layout is not None and in_processes(layout)
+    joins = JOIN_SECONDS * len(layout.join_entries) if layout is not None else 0.0
     best = {}
     for option in sorted((o for o in report.ranked if o.options.serial), key=lambda o: o.predicted):
         best.setdefault(option.options.formation_flags, option)
     found = []
     for i, option in enumerate(best.values()):
-        plan = replace(plan_of_option(report, option), batch_split=split)
+        plan = replace(plan_of_option(report, option), **{field: split})
         words = "; ".join([plan.describe()[0], f"each part: {option.options.describe()}",
                            *plan.describe()[1:]])
         name = plan.describe()[0] + (f", each part {option.options.describe()}" if i else "")
-        found.append((name, plan, max(option.predicted, shared) + split_overhead(split[0], processes),
-                      words))
+        found.append(SplitPick(name, plan, max(option.predicted, shared) + joins
+                               + split_overhead(split[0], processes), words, layout, report))
     return found
 
 

@@ -37,8 +37,10 @@ from ..space.kernels import contraction_kernels
 from ..space.options import DATA_TILING, IM2COL
 from ..targets import Target
 from ..tuning_db import TuningDB
-from ..passes.split_batch import split_layout
-from .batch_split import batch_split_of, part_text, shared_seconds, split_picks, split_trusted
+from ..values import updated_results
+from ..passes.split_batch import split_layout, split_of
+from .batch_split import (SplitPick, batch_split_of, part_text, shared_seconds, split_picks,
+                          split_trusted, weight_split_of)
 from .candidates import each_alone, plan_of
 from .chains import choose_orders, plan_orders
 from .exhaustive import SearchReport, search_program
@@ -265,19 +267,24 @@ def _db_key(target: Target, precision: str) -> str:
     return key + (f"-{precision}" if precision != "f32" else "")
 
 
-def split_search(program: Program, target: Target, precision: str = "f32"):
-    """(split, its layout, the part's search report, `split_picks`) of `program`: the batch in
-    parts side by side, the program for one part searched too; ((), None, None, []) where no
-    split is offered."""
-    split = batch_split_of(program, target) if precision == "f32" else ()
-    if not split:
-        return (), None, None, []
-    layout = split_layout(program.module(), split)
-    # join functions take the parameters as the user has them: a split with joins holds none
-    held = () if layout.join_entries else fixed_state(program.signature)
-    part_report = search_plan(part_text(program, split), target, precision, held)[1]
-    found = split_picks(part_report, split, option_plan, shared_seconds(program, split, target), layout)
-    return split, layout, part_report, found
+def split_search(program: Program, target: Target, precision: str = "f32") -> list[SplitPick]:
+    """The splits of `program` (its batch's, its weights'), each part's program searched too:
+    their `split_picks`, best predicted first; [] where none is offered."""
+    if precision != "f32":
+        return []
+    found = []
+    for field, value in (("batch_split", batch_split_of(program, target)),
+                         ("weight_split", weight_split_of(program, target))):
+        if not value:
+            continue
+        split = split_of(Plan(**{field: value}))
+        layout = split_layout(program.module(), split, updated_results(program.signature))
+        # join functions take the parameters they read as the user has them
+        held = tuple(a for a in fixed_state(program.signature) if a not in layout.join_args)
+        part_report = search_plan(part_text(program, split), target, precision, held)[1]
+        found += split_picks(part_report, value, option_plan, shared_seconds(program, split, target),
+                             layout, field)
+    return sorted(found, key=lambda pick: pick.predicted)
 
 
 def searched_plan(program: Program, target: Target, search: str,
@@ -302,15 +309,15 @@ def searched_plan(program: Program, target: Target, search: str,
     farm = connect(farm) if search == "verify" else None  # before the search: fail fast
     fixed = fixed_state(program.signature)
     plan, report = search_plan(program.sft_text, target, precision, fixed)
-    _, layout, part_report, found = split_search(program, target, precision)
-    extra = {name: split_plan for name, split_plan, _, _ in found}  # the split's plans verify times
+    found = split_search(program, target, precision)
+    extra = {pick.name: (pick.plan, pick.layout) for pick in found}  # the splits verify times
     if found:
-        _, split_plan, predicted, words = found[0]
-        if search == "model" and split_trusted(target, split_plan, predicted, report.pick_predicted):
+        best = found[0]
+        if search == "model" and split_trusted(target, best.plan, best.predicted, report.pick_predicted):
             # the part's search is the report: its op ids (chains, choices) are the plan's
-            part_report.chosen = f"{words} ({predicted * 1e6:.0f} us a call predicted)"
-            plan, report = split_plan, part_report
-        report.measured["predicted split"] = predicted  # (a prediction, for the report)
+            best.report.chosen = f"{best.words} ({best.predicted * 1e6:.0f} us a call predicted)"
+            plan, report = best.plan, best.report
+        report.measured["predicted split"] = best.predicted  # (a prediction, for the report)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
             keep, resident, storage = program.timing_layout(target)
@@ -319,6 +326,6 @@ def searched_plan(program: Program, target: Target, search: str,
             plan = verify(report, text_of, target,
                           program.timing_inputs(), db, progress=bar.update,
                           keep=keep, resident=resident, storage=storage, farm=farm,
-                          extra=extra, layout=layout if extra else None)
+                          extra=extra)
     db.record_plan(program.workload, tkey, search, plan.to_json(), report.to_json())
     return plan, report

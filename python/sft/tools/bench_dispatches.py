@@ -32,8 +32,8 @@ def programs(program) -> dict[str, tuple[str, tuple[str, ...], tuple[int, ...]]]
 
     target = get_target("host")
     compiled = compile_prepared(program, program.module(), target, search="model", keep_ir=True)
-    if compiled.plan.batch_split:  # its kernels timed on the whole batch, as IREE's are
-        whole = replace(compiled.plan, batch_split=())
+    if compiled.plan.batch_split or compiled.plan.weight_split:  # its kernels timed whole, as IREE's are
+        whole = replace(compiled.plan, batch_split=(), weight_split=())
         try:
             compiled = compile_prepared(program, program.module(), target, plan=whole, keep_ir=True)
         except SftError:  # a batch expansion that applies to a part's batch only (mha's, of 1)

@@ -55,6 +55,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     from ..cost.trust import decision_kinds
     from ..errors import SftError
     from ..passes.hold_transposed import fixed_state
+    from ..passes.split_batch import split_of
     from ..plan import Plan
     from ..program import lower
     from ..quality import NOISE, ordered_pairs
@@ -72,11 +73,12 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
         if plan != Plan():  # IREE's default options with no tiles: the default itself
             variants[option.options.describe()] = (plan, option.predicted)
     whole, chosen_words = chosen, report.chosen
-    split, layout, _, found = split_search(program, target)
-    splits = {name: (plan, predicted) for name, plan, predicted, _ in found}
+    found = split_search(program, target)
+    splits = {pick.name: (pick.plan, pick.predicted) for pick in found}
+    layouts = {pick.name: pick.layout for pick in found}
     variants.update(splits)
-    if found and split_trusted(target, found[0][1], found[0][2], report.pick_predicted):
-        chosen, chosen_words = found[0][1], found[0][3]  # search="model" takes the split
+    if found and split_trusted(target, found[0].plan, found[0].predicted, report.pick_predicted):
+        chosen, chosen_words = found[0].plan, found[0].words  # search="model" takes the split
     keep, resident, storage = program.timing_layout(target)
     inputs, builders, failed, alone = program.timing_inputs(), {}, [], []
 
@@ -98,7 +100,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
                 failed.append(vname)
                 continue
             alone.append(vname)
-        parts = (plan.batch_split, layout) if plan.batch_split else ((), None)
+        parts = (split_of(plan), layouts.get(vname)) if split_of(plan) else ((), None)
         builders[vname] = (loaded_call, (artifact, plan.driver, inputs, keep, resident, storage,
                                          *parts, program.entry, plan.held))
     # The first variant on each driver again, in a process of its own: that driver's noise
@@ -147,7 +149,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
             "failed": failed, "contractions_alone": alone, "pairs": [good, total],
             "pairs_beyond_control": list(beyond),
             "control_noise": {d or "parallel": v for d, v in noise.items()},
-            "raw_pick": raw_pick, "pick": pick, "split": list(split),
+            "raw_pick": raw_pick, "pick": pick, "splits": sorted({f"{p.plan.describe()[0]}" for p in found}),
             "pick_slower_beyond_control": bool(pick) and measured[pick] > (1 + limit) * default_m,
             "chosen": chosen_words, "regret": measured[raw_pick] / min(seconds),
             "raw_pick_over_default": measured[raw_pick] / default_m,

@@ -1,0 +1,99 @@
+"""A split of the weights in parts side by side (`Plan.weight_split`): a layer's outputs and the
+next layer's inputs cut among the parts (Megatron's column and row split), each part holding its
+share of the parameters and summing its share of the second layer, a join adding the partial
+sums and what follows; checked against PyTorch eager on real inputs (values, dtypes, shapes)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import sft
+from sft.api import prepare
+from sft.models import MLP
+from sft.plan import Plan
+from sft.search.batch_split import weight_split_of
+from sft.targets import get_target
+
+
+def _two_cores(target):
+    return dataclasses.replace(target, desc=dataclasses.replace(target.desc, cores=2))
+
+
+def _check(compiled, model, x):
+    with torch.no_grad():
+        expected = model(x)
+    got = compiled(x)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_mlp_is_split_along_its_hidden_dim_and_matches_eager():
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(6, 256)
+    program, _ = prepare(model, (x,))
+    split = weight_split_of(program, _two_cores(get_target("host")))
+    # net.0.weight [1024, 256] at dim 0, its bias, net.2.weight [256, 1024] at dim 1
+    assert split == (2, 0, 0, 1, 0, 2, 1)
+    compiled = sft.compile(model, (x,), plan=Plan(weight_split=split, driver="local-sync"))
+    layout = compiled.split_layout
+    assert layout.sums == 1 and layout.joins == (None,) and layout.join_args == (3,)  # the last bias
+    _check(compiled, model, x)
+    _check(compiled, model, torch.randn(6, 256))  # a second call: the shares kept
+    # new weights reach every part's share; state_dict gives them whole, as the user has them
+    with torch.no_grad():
+        model.net[0].weight.mul_(-0.5)
+        model.net[2].weight.add_(0.25)
+    compiled.load_state_dict(model.state_dict())
+    _check(compiled, model, x)
+    for name, value in model.state_dict().items():
+        np.testing.assert_array_equal(compiled.state_dict()[name].numpy(), value.numpy())
+
+
+@pytest.mark.parametrize("processes", [True, False])
+def test_the_searched_split_holds_its_shares_transposed_on_threads_and_in_processes(monkeypatch, processes):
+    import sft.backend.parts as parts
+    from sft.search.strategy import split_search
+
+    monkeypatch.setattr(parts, "USE_PROCESSES", processes)
+    torch.manual_seed(1)
+    model, x = MLP().eval(), torch.randn(8, 256)
+    program, _ = prepare(model, (x,))
+    picks = [p for p in split_search(program, _two_cores(get_target("host"))) if p.plan.weight_split]
+    assert picks and all(p.predicted > 0 and p.layout.join_args == (3,) for p in picks)
+    plan = picks[0].plan
+    assert set(plan.held) <= {0, 2}  # only what the parts take cut: the join reads the bias as it is
+    compiled = sft.compile(model, (x,), plan=plan)
+    assert bool(compiled._device()._helpers) == processes
+    _check(compiled, model, x)
+
+
+@pytest.mark.parametrize("name, model, updates", [
+    # a square hidden weight (256 x 256) has two dims of the hidden's extent: not cut, so the
+    # contraction reads the cut loop from a whole value
+    ("square middle layer", MLP((64, 256, 256, 64)).eval(), False),
+    # layer norm over the hidden dim applies its sum back to the cut values
+    ("layer norm between", nn.Sequential(nn.Linear(64, 256), nn.LayerNorm(256), nn.Linear(256, 64)).eval(), False),
+    # batch norm in train mode updates its running statistics: state, which a weight split never takes
+    ("state updated", nn.Sequential(nn.Linear(64, 256), nn.BatchNorm1d(256), nn.Linear(256, 64)).train(), True),
+])
+def test_no_weight_split_is_offered_where_the_proof_refuses_it(name, model, updates):
+    from sft.values import updated_results
+
+    program, _ = prepare(model, (torch.randn(4, 64),))
+    assert bool(updated_results(program.signature)) == updates
+    assert weight_split_of(program, _two_cores(get_target("host"))) == ()
+
+
+def test_one_core_offers_no_weight_split_and_a_plan_cannot_split_both():
+    target = get_target("host")
+    one = dataclasses.replace(target, desc=dataclasses.replace(target.desc, cores=1))
+    model, x = MLP().eval(), torch.randn(4, 256)
+    assert weight_split_of(prepare(model, (x,))[0], one) == ()
+    with pytest.raises(sft.SftError, match="a plan splits its batch or its weights, not both"):
+        sft.compile(model, (x,), plan=Plan(batch_split=(2, 4), weight_split=(2, 0, 0, 1, 0, 2, 1),
+                                           driver="local-sync"))
+    with pytest.raises(sft.SftError, match=r"weight_split must be \[parts, argument, dim"):
+        Plan.from_json('{"weight_split": [2, 0]}')
