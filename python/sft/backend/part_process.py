@@ -59,7 +59,7 @@ class PartProcess:
         self._unloaded: list[int] = []
         self._result_bytes: dict[int, int] = {}  # module key -> room its results took
         self._call = None  # the call begun last, made again where its results had no room
-        self._header, self._answer_id, self._answer = b"", 0, None  # the last job and answer
+        self._job_sent, self._answer_id, self._answer = None, 0, None  # the last job and answer
         atexit.register(self.close)
 
     def _resize(self, size: int) -> None:
@@ -67,7 +67,7 @@ class PartProcess:
         self._memory = mmap.mmap(self._fd, size)
         self._control = np.ndarray((CONTROL // 8,), np.int64, self._memory)
         self._control[SIZE] = self.size = size
-        self._header, self._answer_id = b"", -1  # the helper maps it again: everything sent again
+        self._job_sent, self._answer_id = None, -1  # the helper maps it again: everything sent again
 
     @property
     def alive(self) -> bool:
@@ -137,14 +137,14 @@ class PartProcess:
 
     def _send(self, job) -> None:
         self._call = None
-        header = pickle.dumps(job)
-        if header != self._header:  # else the helper runs the job it prepared last
+        if job != self._job_sent:  # else the helper runs the job it prepared last (unpickled)
+            header = pickle.dumps(job)
             if len(header) > ANSWER_AT - CONTROL:
                 raise SftError(f"a part's call has too many arguments ({len(header)} bytes of header)")
             self._memory[CONTROL:CONTROL + len(header)] = header
             self._control[LENGTH] = len(header)
             self._control[JOB_ID] += 1
-            self._header = header
+            self._job_sent = job
         self._job += 1
         self._control[GO] = self._job
         if self._control[SLEEPING]:

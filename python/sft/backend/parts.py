@@ -108,6 +108,9 @@ class _Copied:
 def _side_by_side(calls: list) -> None:
     """Each (loaded module, arguments, results) invoked at once: the first on this thread, each
     other on a helper thread; every one waited for, the first failure raised."""
+    if len(calls) == 1:  # (no helper: nothing to hold them for)
+        calls[0][0].invoke(*calls[0][1:])
+        return
     with _lock:
         helpers = _helper_threads(len(calls) - 1)
         for helper, (m, args, results) in zip(helpers, calls[1:]):  # theirs handed out first
@@ -162,14 +165,14 @@ class PartsLoaded:
         (read back too where `host`)."""
         shares = {i: self._shares_of(arrays, i, dim) for i, dim in self.cuts.items()}
         if self._helpers:
-            joined = self._call_with_processes(arrays, shares)
+            joined = self._call_with_processes(arrays, shares, host)
         else:  # every other host value copied in once, for every part and join function
             arrays = [a if i in shares or hasattr(a, "_buffer_view")
                       else _Copied(self._loaded[0].copied_in(a)) for i, a in enumerate(arrays)]
             calls = [(m, m.arguments(self._part(arrays, shares, k)), m._list(1))
                      for k, m in enumerate(self._loaded)]
             _side_by_side(calls)
-            joined = self._joined(arrays, [m.outputs(results) for m, _, results in calls])
+            joined = self._joined(arrays, [m.outputs(results) for m, _, results in calls], host)
         return [to_host(o) for o in joined] if host else joined
 
     def _shares_of(self, arrays: tuple, i: int, dim: int) -> list:
@@ -195,10 +198,11 @@ class PartsLoaded:
     def _part(self, arrays, shares: dict, k: int) -> list:
         return [shares[i][k] if i in shares else a for i, a in enumerate(arrays)]
 
-    def _joined(self, arrays, outs: list) -> list:
+    def _joined(self, arrays, outs: list, host: bool) -> list:
         """The whole's results from the parts' `outs`: those the parts carry joined along their
         dims; the others the join functions' where the parts return sums (each sum's partials,
-        every part's in turn, after the arguments they read), else the first part's."""
+        every part's in turn, after the arguments they read; read back where `host`), else the
+        first part's."""
         carried = self._carried
         if self._joins:
             given = [arrays[i] for i in self.layout.join_args]
@@ -207,7 +211,7 @@ class PartsLoaded:
             _side_by_side(calls)
             rest = [None] * sum(map(len, self.layout.join_groups))
             for (m, _, results), group in zip(calls, self.layout.join_groups):
-                for i, out in zip(group, m.outputs(results)):
+                for i, out in zip(group, m.outputs(results, host)):
                     rest[i] = out
             rest = iter(rest)
         else:  # the same in every part: the first part's
@@ -223,7 +227,7 @@ class PartsLoaded:
         for helper, key in zip(self._helpers, self._keys):
             weakref.finalize(self, helper.forget, key)
 
-    def _call_with_processes(self, arrays: tuple, shares: dict) -> list:
+    def _call_with_processes(self, arrays: tuple, shares: dict, host: bool) -> list:
         """The first part on this thread, each other in its helper process: the values on the
         device (the state, whole or each part's share of it) kept there from call to call."""
         kept = {i for i, a in enumerate(arrays) if hasattr(a, "_buffer_view")}
@@ -239,7 +243,7 @@ class PartsLoaded:
                 first.invoke(first.arguments(self._part(arrays, shares, 0)), results)
             finally:  # every helper begun waited for, whatever failed
                 theirs = [helper.wait() for helper in started]
-        return self._joined(arrays, [first.outputs(results), *theirs])
+        return self._joined(arrays, [first.outputs(results), *theirs], host)
 
 
 # What a split call costs beyond its slowest part, besides the hand-over, a part: cutting the
