@@ -1,7 +1,8 @@
-"""A batch split in parts, run side by side: one core a part, each on IREE's local-sync.
+"""A split in parts, run side by side: one core a part, each on IREE's local-sync.
 
-`passes/split_batch.py` proves a program's rows independent and compiles it for one part of
-its batch; `PartsLoaded` runs it: the batched arguments cut along dim 0, the first part called
+`passes/split_batch.py` proves a program's rows independent (or its weights' hidden units) and
+compiles it for one part; `PartsLoaded` runs it: the cut arguments cut along their dims (the
+model's state once, each part's share kept), the first part called
 on the caller's thread and each other in a helper process (`part_process.py`) that keeps the
 model's state, and each result joined along its batch dim. A helper process watches shared
 memory for its part: on the 2-core Xeon VM a round trip costs about 5 us, where a helper
@@ -188,7 +189,11 @@ class PartsLoaded:
             dim = len(shape) - 1 - dim
         if len(shape) <= dim or shape[dim] % self.parts:
             raise SftError(f"argument {i} does not divide into {self.parts} parts along dim {dim}")
-        shares = [np.ascontiguousarray(a) for a in np.split(to_host(array), self.parts, axis=dim)]
+        whole, size = to_host(array), shape[dim] // self.parts
+        before = (slice(None),) * dim
+        # (a cut along dim 0 of a C-contiguous array is one already: no copy)
+        shares = [np.ascontiguousarray(whole[(*before, slice(k * size, (k + 1) * size))])
+                  for k in range(self.parts)]
         if hasattr(array, "_buffer_view"):
             local = len(self._loaded)  # the shares of the parts this process runs
             shares = [self.upload(a) if k < local else a for k, a in enumerate(shares)]
@@ -243,7 +248,9 @@ class PartsLoaded:
                 first.invoke(first.arguments(self._part(arrays, shares, 0)), results)
             finally:  # every helper begun waited for, whatever failed
                 theirs = [helper.wait() for helper in started]
-        return self._joined(arrays, [first.outputs(results), *theirs], host)
+        # (the helpers' results are on the host: the first part's read back too, but for sums,
+        # which go to a join on the device)
+        return self._joined(arrays, [first.outputs(results, host and not self._joins), *theirs], host)
 
 
 # What a split call costs beyond its slowest part, besides the hand-over, a part: cutting the

@@ -7,6 +7,13 @@ parallel executor (local-task) meets once per dispatch. On a 2-core Zen 4 VM a c
 wake-up cost about 25 us; a 256-1024-256 MLP at batch 32 ran 423 us a call on one thread, 521
 on local-task, and 251 as two halves side by side (`backend/parts.py`).
 
+The "batch" is whatever dim the cut arguments carry: dim 0 of the inputs (`Plan.batch_split`),
+or a dim the weights share (`Plan.weight_split`): the rows of one layer's weight and bias and
+the columns of the next one's, so that each part computes its share of the hidden units and
+sums its share of the next layer, and a join adds the partial sums (Megatron's split). Each
+part then holds half the weights: a 256-1024-256 MLP at batch 32 on the 2-core Xeon VM ran
+233-251 us a call split so, 326 with its batch split and 334 whole on one thread.
+
 The split is sound only where the program says so: `split_proof.py` proves it from the
 index maps, or refuses it naming the op.
 
