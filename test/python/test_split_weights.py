@@ -68,6 +68,12 @@ def test_the_searched_split_holds_its_shares_transposed_on_threads_and_in_proces
     compiled = sft.compile(model, (x,), plan=plan)
     assert bool(compiled._device()._helpers) == processes
     _check(compiled, model, x)
+    # the helper's partial sums are lent to the join from shared memory that the next call
+    # rewrites: a result kept from one call (numpy in, numpy out: no copy into torch) stays
+    first = compiled(x.numpy())
+    kept = first.copy()
+    compiled(np.random.default_rng(0).standard_normal((8, 256), np.float32))
+    np.testing.assert_array_equal(first, kept)
 
 
 @pytest.mark.parametrize("name, model, updates", [

@@ -264,3 +264,38 @@ def test_keyword_arguments_and_meta_tensors_are_one_line_errors():
         sft.compile(model, (torch.empty(4, 8, device="meta"),))
     with pytest.raises(sft.SftError, match="'weight' is a meta tensor"):
         sft.compile(torch.nn.Linear(8, 3, device="meta"), (x,))
+
+
+def test_a_call_never_writes_into_its_inputs_nor_keeps_them():
+    """IREE may write into an argument's buffer (a sort sorts in place: its input's buffer, when
+    the caller's memory was lent to it) and return an argument unchanged: the caller's arrays
+    reach IREE as copies, and what comes back or is kept is IREE's own."""
+    import torch
+
+    x = torch.randn(7)
+    before = x.clone()
+    values, indices = sft.compile(Fn(lambda v: v.sort()), (x,))(x)
+    assert torch.equal(x, before)
+    torch.testing.assert_close(values, before.sort().values)
+    assert torch.equal(indices, before.sort().indices)
+
+    v = np.arange(8, dtype=np.float32).reshape(2, 4)
+    same, plus = sft.compile(lambda a: (a, a + 1), (v,))(v)
+    assert not np.shares_memory(same, v)
+    v[0, 0] = 100.0
+    assert same[0, 0] == 0.0 and plus[0, 0] == 1.0
+
+    class Last(torch.nn.Module):  # keeps its last input as a buffer
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("last", torch.zeros(2, 4))
+
+        def forward(self, a):
+            self.last.copy_(a)
+            return a * 2
+
+    first = torch.ones(2, 4)
+    compiled = sft.compile(Last(), (first,))
+    compiled(first)
+    first.fill_(7.0)  # the caller's tensor changed after the call: the state must not follow
+    np.testing.assert_array_equal(compiled.state_dict()["last"].numpy(), np.ones((2, 4), np.float32))

@@ -134,9 +134,22 @@ class Worker:
             int(self.rt.MemoryType.DEVICE_LOCAL), int(self.rt.BufferUsage.DEFAULT), device, array,
             map_dtype_to_element_type(array.dtype))
 
+    def _borrowed(self, array: np.ndarray):
+        """The arena's array as a buffer view over the arena itself (local-sync: the host's
+        memory is the device's), made once for a prepared job: the caller writes each call's
+        values there before it says go. Results are copied out of IREE's own buffers."""
+        from iree.runtime.array_interop import map_dtype_to_element_type
+
+        if not array.nbytes or not array.flags.c_contiguous:
+            return self._upload(array)
+        buffer = self.config.device.allocator.import_host_allocation(
+            array, int(self.rt.MemoryType.HOST_LOCAL | self.rt.MemoryType.DEVICE_VISIBLE),
+            int(self.rt.BufferUsage.DEFAULT))
+        return self.rt.HalBufferView(buffer, array.shape, map_dtype_to_element_type(array.dtype))
+
     def _prepare(self, job):
         """The job as `_run` takes it: a call's module, and each argument a kept buffer view
-        or an arena array to copy in; anything else done now (its answer kept)."""
+        or a view over the arena (`_borrowed`); anything else done now (its answer kept)."""
         try:
             if job[0] == "load":
                 _, key, offset, length, entry = job
@@ -161,7 +174,7 @@ class Worker:
                         self.kept[arg[1]] = self._upload(array)
                         inputs.append(self.kept[arg[1]])
                     else:
-                        inputs.append(array)
+                        inputs.append(self._borrowed(array))
                 context, function = self.modules[key]
                 return (context.vm_context, function, inputs, offset)
             return ("ok", [])
@@ -175,8 +188,8 @@ class Worker:
         context, function, inputs, offset = prepared
         try:
             args = self.rt.VmVariantList(len(inputs))
-            for value in inputs:
-                args.push_ref(self._upload(value) if isinstance(value, np.ndarray) else value)
+            for view in inputs:
+                args.push_ref(view)
             results = self.rt.VmVariantList(1)
             context.invoke(function, args, results)
             return ("ok", self._results(results, offset))

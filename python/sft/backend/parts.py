@@ -37,7 +37,7 @@ from ..errors import SftError
 from .host_copy import to_host
 from .iree import Artifact
 from .part_process import part_processes
-from .runtime import Loaded
+from .runtime import Loaded, unshared
 
 PARTS_DRIVER = "local-sync"  # one thread a part: the parts themselves are the parallelism
 # SFT_PART_PROCESSES=0 runs every part on a thread of this process (to measure the difference)
@@ -210,13 +210,18 @@ class PartsLoaded:
         first part's."""
         carried = self._carried
         if self._joins:
-            given = [arrays[i] for i in self.layout.join_args]
-            given += [out[len(carried) + i] for i in range(self.layout.sums) for out in outs]
+            partials = [out[len(carried) + i] for i in range(self.layout.sums) for out in outs]
+            # a helper's partials lie in its shared memory, which sft rewrites each call: lent
+            # to the joins uncopied, and their results read back apart from it
+            lent = [p for p in partials if type(p) is np.ndarray]
+            given = [arrays[i] for i in self.layout.join_args] + [
+                _Copied(self._joins[0].borrowed(p)) if type(p) is np.ndarray else p for p in partials]
             calls = [(m, m.arguments(given), m._list(1)) for m in self._joins]
             _side_by_side(calls)
             rest = [None] * sum(map(len, self.layout.join_groups))
             for (m, _, results), group in zip(calls, self.layout.join_groups):
-                for i, out in zip(group, m.outputs(results, host)):
+                outputs = m.outputs(results, host or bool(lent))
+                for i, out in zip(group, unshared(outputs, lent) if lent else outputs):
                     rest[i] = out
             rest = iter(rest)
         else:  # the same in every part: the first part's

@@ -140,6 +140,9 @@ class Loaded:
         self._list, self._ref, self._view = rt.VmVariantList, rt.VmRef, rt.HalBufferView
         self._device_array = rt.DeviceArray
         self._memory_type, self._usage = int(rt.MemoryType.DEVICE_LOCAL), int(rt.BufferUsage.DEFAULT)
+        self._import = self._device.allocator.import_host_allocation
+        self._borrow_type = int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE)
+        self._borrows = self.driver in ("local-sync", "local-task")  # the host's memory is the device's
         # where this module's calls wait: None until its first calls say (`INVOKER_FROM_S`)
         self._call_times: list[float] = []
         self._through_invoker = None if LOW_PRIORITY_INVOKER and self.driver == "local-task" else False
@@ -170,6 +173,17 @@ class Loaded:
             view = getattr(array, "_buffer_view", None)  # a device array: passed as it is
             args.push_ref(view if view is not None else self.copied_in(array))
         return args
+
+    def borrowed(self, array: np.ndarray):
+        """A C-contiguous host array as a buffer view over its own memory (the CPU drivers':
+        the host's memory is the device's), uncopied: only for memory sft itself rewrites
+        before each call (a split's shared memory). IREE may write into an argument's buffer
+        (a sort sorts its input's copy in place: borrowed, it sorted the caller's tensor) and
+        may return it as a result (`unshared`)."""
+        if not self._borrows or not array.flags.c_contiguous or array.ndim == 0:
+            return self.copied_in(array)
+        buffer = self.guarded(self._import, array, self._borrow_type, self._usage)
+        return self._view(buffer, array.shape, _element_type(array.dtype))
 
     def copied_in(self, value):
         """A host value (an array, a numpy scalar) copied to the device, as a buffer view."""
@@ -220,6 +234,17 @@ class Loaded:
 
         return rt.asdevicearray(self._ctx.config.device, np.ascontiguousarray(array)
                                 if array.ndim else array)
+
+
+def unshared(outs: list, arrays) -> list:
+    """`outs` with any host array that shares memory with a host array of `arrays` copied: a
+    result IREE wrote into a borrowed argument's buffer, or returned unchanged from it
+    (`Loaded.borrowed`)."""
+    lent = [a for a in arrays if type(a) is np.ndarray]
+    if not lent:
+        return outs
+    return [o.copy() if type(o) is np.ndarray and any(np.may_share_memory(o, a) for a in lent) else o
+            for o in outs]
 
 
 def load(artifact: Artifact, entry: str = "main", driver: str = "") -> Loaded:
