@@ -178,16 +178,27 @@ def test_search_model_takes_a_split_only_beyond_its_trust_over_the_plan_that_wou
     # The whole program's pick has passed its own gate; the split must beat that pick's
     # prediction by the split's factor (1.30 never measured), not by the ratio of two scaled
     # scores: the b32 MLP's split (319 us predicted against 326) measured 482 us against 330.
-    from sft.search.batch_split import split_trusted
+    # Among splits, the one fastest once scaled by its own kind's factor.
+    import dataclasses
+
+    from sft.cost.trust import Trust
+    from sft.search.batch_split import SplitPick, trusted_split
     from sft.targets import get_target
 
     target = get_target("host")
-    split = Plan(batch_split=(2, 4), driver="local-sync")
-    factor = target.trust.required(split)
+    batch, weights = Plan(batch_split=(2, 4), driver="local-sync"), Plan(weight_split=(2, 0, 0), driver="local-sync")
+    pick = lambda plan, seconds: SplitPick("", plan, seconds, "", None, None)  # noqa: E731
+    factor = target.trust.required(batch)
     assert factor > 1.0
-    assert not split_trusted(target, split, 319e-6, 326e-6)
-    assert not split_trusted(target, split, 1e-3, 0.99 * factor * 1e-3)
-    assert split_trusted(target, split, 721e-6, 1070e-6)
+    assert trusted_split(target, [], 1.0) is None
+    assert trusted_split(target, [pick(batch, 319e-6)], 326e-6) is None
+    assert trusted_split(target, [pick(batch, 1e-3)], 0.99 * factor * 1e-3) is None
+    assert trusted_split(target, [pick(batch, 721e-6)], 1070e-6).plan == batch
+    measured = dataclasses.replace(target, trust=Trust.from_stored({"factors": {"split": 1.3, "weights": 1.03}}))
+    found = [pick(batch, 700e-6), pick(weights, 800e-6)]  # the batch's predicted faster, but less trusted
+    assert trusted_split(measured, found, 1070e-6).plan == weights
+    assert trusted_split(measured, found, 0.8e-3) is None
+
 
 def test_the_hand_over_is_measured_across_two_cores_and_frees_both_threads():
     """Left free, the scheduler may run the caller and a helper on one core, where a round

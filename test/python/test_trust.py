@@ -20,12 +20,15 @@ def test_a_plan_departs_from_iree_in_the_kinds_it_sets():
     assert decision_kinds(sft.Plan()) == ()
     plan = sft.Plan(driver=SERIAL_DRIVER, flags=(AGGRESSIVE_FUSION, UKERNELS),
                     tiles=((0, TileConfig((8, 8, 0), (8, 8, 0), (0, 0, 8))),), orders=((1, "(0,(1,2))"),))
-    assert decision_kinds(plan) == KINDS[:-1]
+    assert decision_kinds(plan) == KINDS[:-2]
     assert decision_kinds(sft.Plan(flags=(UKERNELS,))) == ("ukernels",)
     assert decision_kinds(sft.Plan(held=(0,))) == ("rewrites",)  # a parameter held transposed
     # a batch split's parts run on one thread each: that driver is the split's own decision
     assert decision_kinds(sft.Plan(batch_split=(2, 1), driver=SERIAL_DRIVER)) == ("split",)
-    assert KINDS[-1] == "split"
+    # the weights' split apart from the batch's: their errors differ (each part reads half the
+    # weights, not all of them)
+    assert decision_kinds(sft.Plan(weight_split=(2, 0, 0), driver=SERIAL_DRIVER)) == ("weights",)
+    assert KINDS[-2:] == ("split", "weights")
 
 
 def test_the_required_gain_is_the_largest_of_the_plan_kinds():

@@ -150,10 +150,14 @@ def split_picks(report, split: tuple[int, ...], plan_of_option, shared: float = 
     return found
 
 
-def split_trusted(target: Target, split_plan: Plan, predicted: float, pick_predicted: float) -> bool:
-    """Whether search="model" takes a split predicted at `predicted` seconds over the plan that
-    would run otherwise (predicted `pick_predicted`: the whole program's pick, or IREE's default
-    where the trust gate kept it): only by more than the split's own trust factor. Scaling both
-    by their kinds' factors favoured the split: the 256-1024-256 MLP at batch 32 split 319 us
-    predicted against the whole's 326 (both scaled 1.3), measured 482 against 330."""
-    return target.trust.pessimistic(split_plan, predicted) < pick_predicted
+def trusted_split(target: Target, found: list[SplitPick], pick_predicted: float) -> SplitPick | None:
+    """The split search="model" takes over the plan that would run otherwise (predicted
+    `pick_predicted`: the whole program's pick, or IREE's default where the trust gate kept
+    it), or None: the one predicted fastest once scaled by its kinds' trust factors (a batch's
+    and a weights' split are measured apart), only where that still beats the pick. Scaling
+    both sides by their factors favoured the split: the 256-1024-256 MLP at batch 32 split 319
+    us predicted against the whole's 326 (both scaled 1.3), measured 482 against 330."""
+    if not found:
+        return None
+    best = min(found, key=lambda pick: target.trust.pessimistic(pick.plan, pick.predicted))
+    return best if target.trust.pessimistic(best.plan, best.predicted) < pick_predicted else None

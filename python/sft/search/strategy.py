@@ -40,7 +40,7 @@ from ..tuning_db import TuningDB
 from ..values import updated_results
 from ..passes.split_batch import split_layout, split_of
 from .batch_split import (SplitPick, batch_split_of, part_text, shared_seconds, split_picks,
-                          split_trusted, weight_split_of)
+                          trusted_split, weight_split_of)
 from .candidates import each_alone, plan_of
 from .chains import choose_orders, plan_orders
 from .exhaustive import SearchReport, search_program
@@ -312,12 +312,12 @@ def searched_plan(program: Program, target: Target, search: str,
     found = split_search(program, target, precision)
     extra = {pick.name: (pick.plan, pick.layout) for pick in found}  # the splits verify times
     if found:
-        best = found[0]
-        if search == "model" and split_trusted(target, best.plan, best.predicted, report.pick_predicted):
+        best = trusted_split(target, found, report.pick_predicted)
+        if search == "model" and best is not None:
             # the part's search is the report: its op ids (chains, choices) are the plan's
             best.report.chosen = f"{best.words} ({best.predicted * 1e6:.0f} us a call predicted)"
             plan, report = best.plan, best.report
-        report.measured["predicted split"] = best.predicted  # (a prediction, for the report)
+        report.measured["predicted split"] = found[0].predicted  # (a prediction, for the report)
     if search == "verify":
         with tqdm(desc="sft verify", unit="run", leave=False) as bar:
             keep, resident, storage = program.timing_layout(target)

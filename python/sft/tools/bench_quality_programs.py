@@ -59,7 +59,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     from ..plan import Plan
     from ..program import lower
     from ..quality import NOISE, ordered_pairs
-    from ..search.batch_split import split_trusted
+    from ..search.batch_split import trusted_split
     from ..search.candidates import contractions_alone
     from ..search.strategy import option_plan, search_plan, split_search
     from ..targets import get_target
@@ -77,8 +77,9 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     splits = {pick.name: (pick.plan, pick.predicted) for pick in found}
     layouts = {pick.name: pick.layout for pick in found}
     variants.update(splits)
-    if found and split_trusted(target, found[0].plan, found[0].predicted, report.pick_predicted):
-        chosen, chosen_words = found[0].plan, found[0].words  # search="model" takes the split
+    taken = trusted_split(target, found, report.pick_predicted)
+    if taken is not None:
+        chosen, chosen_words = taken.plan, taken.words  # search="model" takes the split
     keep, resident, storage = program.timing_layout(target)
     inputs, builders, failed, alone = program.timing_inputs(), {}, [], []
 
@@ -131,12 +132,13 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     default_p, default_m = report.default_predicted, measured["iree-default"]
     errors = [(decision_kinds(variants[n][0]), (measured[n] / default_m) / (variants[n][1] / default_p))
               for n in names if n != "iree-default" and n not in splits]
-    # a split is weighed against the whole program's pick (`split_trusted`): its error is
+    # a split is weighed against the whole program's pick (`trusted_split`): its error is
     # measured against that pick's, the part's own decisions (tiles, rewrites) on both sides
     base = next((n for n in names if n not in splits and variants[n][0] == whole),
                 "iree-default")  # (where the gate kept IREE's default, the pick is the default)
     if base in measured:
-        errors += [(("split",), (measured[n] / measured[base]) / (variants[n][1] / report.pick_predicted))
+        kind = lambda plan: ("weights",) if plan.weight_split else ("split",)  # noqa: E731
+        errors += [(kind(variants[n][0]), (measured[n] / measured[base]) / (variants[n][1] / report.pick_predicted))
                    for n in names if n in splits]
     # Two processes of one module differ by the control's spread: pairs closer than that (the
     # larger of the two variants' drivers') are not ordered by the measurement, and a pick is
