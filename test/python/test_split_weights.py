@@ -103,3 +103,36 @@ def test_one_core_offers_no_weight_split_and_a_plan_cannot_split_both():
                                            driver="local-sync"))
     with pytest.raises(sft.SftError, match=r"weight_split must be \[parts, argument, dim"):
         Plan.from_json('{"weight_split": [2, 0]}')
+
+
+def _call_in_child(compiled, x, results):
+    results.put(compiled(x).numpy())
+
+
+def test_a_forked_child_runs_the_split_with_helpers_of_its_own():
+    """A DataLoader worker, forked after the split model ran in its parent: the parent's
+    helper process is not the child's (the registry is per process), so the child starts its
+    own and loads the module and its shares there; the parent's helper keeps serving the
+    parent."""
+    import multiprocessing
+
+    torch.manual_seed(2)
+    model, x = MLP().eval(), torch.randn(4, 256)
+    program, _ = prepare(model, (x,))
+    split = weight_split_of(program, _two_cores(get_target("host")))
+    compiled = sft.compile(model, (x,), plan=Plan(weight_split=split, driver="local-sync"))
+    _check(compiled, model, x)
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=_call_in_child, args=(compiled, x, results))
+    child.start()
+    try:
+        got = results.get(timeout=120)
+    finally:
+        child.join(timeout=30)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-4)
+    _check(compiled, model, x)  # the parent's own helper still serves it
