@@ -221,6 +221,12 @@ def _as_kind(out, kind: str):
     if not isinstance(out, np.ndarray):
         return out  # a Python scalar
     if kind == "torch":
+        if out.base is None and out.flags.owndata and out.flags.writeable and out.dtype.kind != "V":
+            # made by this call alone (a split's parts joined, a result copied off a borrowed
+            # buffer): torch takes it as it is; IREE's buffers are copied (`to_torch`)
+            import torch
+
+            return torch.from_numpy(out)
         return to_torch(out)
     if kind == "jax":
         import jax.numpy as jnp

@@ -184,6 +184,10 @@ class PartsLoaded:
         known = self._shares.get(i)
         if known is not None and known[0] is array:
             return known[1]
+        if type(array) is np.ndarray and dim == 0 and array.ndim and not len(array) % self.parts \
+                and array.flags.c_contiguous:  # a batch's rows: views, no copy
+            size = len(array) // self.parts
+            return [array[k * size:(k + 1) * size] for k in range(self.parts)]
         shape = tuple(getattr(array, "shape", None) or np.shape(array))
         if i in self._held:  # held transposed: a transposed share of it is this dim's
             dim = len(shape) - 1 - dim
@@ -267,7 +271,8 @@ class PartsLoaded:
 # the MLP 50; the MLP's part streams its 2 MB of weights through the core's L2).
 PART_COST_S = {"threads": 15e-6, "processes": 30e-6}
 # A join function's call after the parts (a weight split's partial sums added, the bias after):
-# its arguments' list, the call and read-back.
+# its arguments' list, the call and read-back. Measured in the 256-1024-256 MLP's split call on
+# the Xeon VM: 28-31 us at batch 32, 44 at batch 128 (partial sums of 32 and 128 KB).
 JOIN_SECONDS = 25e-6
 
 

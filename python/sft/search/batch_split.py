@@ -57,14 +57,18 @@ def batch_split_of(program: Program, target: Target) -> tuple[int, ...]:
     return ()
 
 
+WEIGHT_EXTENTS = 4  # the dims a weight split tries (by the bytes they cut)
+
+
 def weight_split_of(program: Program, target: Target) -> tuple[int, ...]:
     """(parts, argument, dim, ...) for `program` on `target`: the model's parameters cut along
     a dim they share (a layer's outputs, the next layer's inputs: Megatron's column and row
     split), each part holding its share of them and summing its share of what the next
     layer sums, in the most parts up to the target's cores that divide it; () where none is
     offered (one core, a GPU, a program that updates state or writes it in place) or the proof
-    refuses every dim. Dims are tried by the bytes of parameters they cut, most first; a
-    parameter with two dims of that extent (a square weight) is not cut."""
+    refuses every dim. Dims are tried by the bytes of parameters they cut, most first (the
+    first `WEIGHT_EXTENTS`: each try is a proof over the whole program); a parameter with two
+    dims of that extent (a square weight) is not cut."""
     sig = program.signature
     if (not target.split_batches or target.desc.cores < 2 or program.storage_pairs(target)
             or updated_results(sig)):
@@ -73,7 +77,7 @@ def weight_split_of(program: Program, target: Target) -> tuple[int, ...]:
     for _, shape, dtype in sig.state:
         for extent in set(shape):
             cut_bytes[extent] = cut_bytes.get(extent, 0) + math.prod(shape) * np.dtype(dtype).itemsize
-    for extent in sorted(cut_bytes, key=lambda e: -cut_bytes[e]):
+    for extent in sorted(cut_bytes, key=lambda e: -cut_bytes[e])[:WEIGHT_EXTENTS]:
         parts = max((p for p in range(2, target.desc.cores + 1) if extent % p == 0), default=0)
         cuts = tuple((i, shape.index(extent)) for i, (_, shape, _) in enumerate(sig.state)
                      if shape.count(extent) == 1)
