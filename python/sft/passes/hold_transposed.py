@@ -50,8 +50,8 @@ def hold_transposed(module, args: tuple[int, ...]) -> None:
     if not args:
         return
     with module.context, tm.Location.unknown():
-        # the entry's arguments (a split's join functions take none its parts take cut:
-        # `backend.parts.PartsLoaded` holds only those)
+        # the entry's arguments: a split's join functions take none of those held
+        # (`backend.parts.PartsLoaded` refuses a held argument a join reads)
         func = functions(module)[0]
         found = {a: _transposing_readers(func, a) for a in args}
         for position, views in found.items():

@@ -12,7 +12,7 @@ or a dim the weights share (`Plan.weight_split`): the rows of one layer's weight
 the columns of the next one's, so that each part computes its share of the hidden units and
 sums its share of the next layer, and a join adds the partial sums (Megatron's split). Each
 part then holds half the weights: a 256-1024-256 MLP at batch 32 on the 2-core Xeon VM ran
-233-251 us a call split so, 326 with its batch split and 334 whole on one thread.
+213-238 us a call split so, 261-268 with its batch split and 331-369 whole on one thread.
 
 The split is sound only where the program says so: `split_proof.py` proves it from the
 index maps, or refuses it naming the op.
@@ -89,9 +89,8 @@ class SplitLayout:
     partial sums. Where it has sums, the join functions `join_entries` (side by side) each take
     the whole's arguments at `join_args` (those they read; never a cut one), then each sum's
     partials (every part's in turn), and return the whole's other results at `join_groups`
-    (positions among those). Without
-    sums, those are the same in every part: the first part's are taken. `updates`: the
-    results that are new state (a training step's)."""
+    (positions among those). Without sums, those are the same in every part: the first
+    part's are taken. `updates`: the results that are new state (a training step's)."""
 
     joins: tuple  # per result of the whole: the dim its parts join along, or None
     cuts: tuple[tuple[int, int], ...]
@@ -129,11 +128,18 @@ def split_of(plan) -> tuple | None:
     if plan.batch_split and plan.weight_split:
         raise IllegalPlan("a plan splits its batch or its weights, not both")
     if plan.batch_split:
-        return plan.batch_split[0], tuple((a, 0) for a in plan.batch_split[1:])
-    if plan.weight_split:
-        s = plan.weight_split
-        return s[0], tuple(zip(s[1::2], s[2::2]))
-    return None
+        return _batch_cuts(plan.batch_split)
+    return _weight_cuts(plan.weight_split) if plan.weight_split else None
+
+
+def _batch_cuts(split: tuple[int, ...]) -> tuple:
+    """(parts, argument, ...) as (parts, ((argument, 0), ...))."""
+    return split[0], tuple((a, 0) for a in split[1:])
+
+
+def _weight_cuts(split: tuple[int, ...]) -> tuple:
+    """(parts, argument, dim, ...) as (parts, ((argument, dim), ...))."""
+    return split[0], tuple(zip(split[1::2], split[2::2]))
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,7 @@ KIND = DecisionKind(
     field="batch_split", type="tuple[int, ...]", default=(),
     doc="(parts, argument, ...): the program for 1/parts of the batch (dim 0 of those entry "
         "arguments), run as that many calls side by side on one thread each",
-    parse=ints, stage=SFT, make_pass=lambda split: SplitBatchPass(split[0], tuple((a, 0) for a in split[1:])),
+    parse=ints, stage=SFT, make_pass=lambda split: SplitBatchPass(*_batch_cuts(split)),
     describe=lambda split: f"batch in {split[0]} parts side by side")
 
 WEIGHT_KIND = DecisionKind(
@@ -184,5 +190,5 @@ WEIGHT_KIND = DecisionKind(
         "weights share (a layer's outputs, the next one's inputs), each part holding its share "
         "of those weights, run side by side on one thread each; a join adds their partial sums",
     parse=_weight_split, stage=SFT,
-    make_pass=lambda split: SplitBatchPass(split[0], tuple(zip(split[1::2], split[2::2]))),
+    make_pass=lambda split: SplitBatchPass(*_weight_cuts(split)),
     describe=lambda split: f"weights in {split[0]} parts side by side")
