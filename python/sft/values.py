@@ -170,6 +170,11 @@ def to_numpy(x) -> np.ndarray:
     if is_torch(x):
         import torch
 
+        if x.is_cpu and not x.requires_grad and x.dtype != torch.bfloat16:
+            try:  # the common case, its memory as it is (1.1 us, detach and cpu first 2.9)
+                return x.numpy()
+            except RuntimeError:  # a conjugate or negative view: resolved below
+                pass
         x = x.detach().cpu()
         if x.dtype == torch.bfloat16:
             return x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
