@@ -77,9 +77,6 @@ def test_the_searched_split_holds_its_shares_transposed_on_threads_and_in_proces
 
 
 @pytest.mark.parametrize("name, model, updates", [
-    # a square hidden weight (256 x 256) has two dims of the hidden's extent: not cut, so the
-    # contraction reads the cut loop from a whole value
-    ("square middle layer", MLP((64, 256, 256, 64)).eval(), False),
     # layer norm over the hidden dim applies its sum back to the cut values
     ("layer norm between", nn.Sequential(nn.Linear(64, 256), nn.LayerNorm(256), nn.Linear(256, 64)).eval(), False),
     # batch norm in train mode updates its running statistics: state, which a weight split never takes
@@ -136,3 +133,40 @@ def test_a_forked_child_runs_the_split_with_helpers_of_its_own():
     with torch.no_grad():
         np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-4)
     _check(compiled, model, x)  # the parent's own helper still serves it
+
+
+class _SharedExtent(nn.Module):
+    """A vocabulary as long as the feed-forward's hidden layer (GPT-2's block: 512 and 512):
+    cutting every parameter of that extent fails the proof; the feed-forward's alone does not."""
+
+    def __init__(self, vocab=256, dim=32):
+        super().__init__()
+        self.emb, self.head = nn.Embedding(vocab, dim), nn.Linear(dim, vocab)
+        self.fc, self.out = nn.Linear(dim, vocab), nn.Linear(vocab, dim)
+
+    def forward(self, idx):
+        h = self.emb(idx)
+        return self.head(h + self.out(torch.nn.functional.gelu(self.fc(h))))
+
+
+@pytest.mark.parametrize("name, make, example, expected", [
+    # not the embedding nor the head, though as long
+    ("shared extent", _SharedExtent, lambda: torch.randint(0, 256, (4, 8)),
+     {"fc.weight": 0, "fc.bias": 0, "out.weight": 1}),
+    # a square middle weight (256 x 256), cut along the dim the proof asks for: its inputs
+    ("square middle layer", lambda: MLP((64, 256, 256, 64)), lambda: torch.randn(4, 64),
+     {"net.0.weight": 0, "net.0.bias": 0, "net.2.weight": 1}),
+])
+def test_the_cut_grows_from_one_weight_by_what_the_proof_needs_cut_too(name, make, example, expected):
+    torch.manual_seed(3)
+    model, x = make().eval(), example()
+    program, _ = prepare(model, (x,))
+    names = [n for n, _, _ in program.signature.state]
+    split = weight_split_of(program, _two_cores(get_target("host")))
+    assert {names[a]: d for a, d in zip(split[1::2], split[2::2])} == expected
+    compiled = sft.compile(model, (x,), plan=Plan(weight_split=split, driver="local-sync"))
+    with torch.no_grad():
+        expected = model(x)
+    got = compiled(x)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)

@@ -27,7 +27,12 @@ from .common import functions, map_list, nested_reads, operation, ops_of, static
 
 
 class _Refused(Exception):
-    """Why the program cannot be split (the message)."""
+    """Why the program cannot be split (the message); `uncut`: (value, dim) where the split
+    would need that value cut along that dim too."""
+
+    def __init__(self, message: str, uncut: tuple | None = None):
+        super().__init__(message)
+        self.uncut = uncut
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,7 @@ def _op_carry(op, an: _Analysis, memo: dict) -> None:
         for p in positions:
             if ix.plain_dim(m.results[p]) != loop or p not in _uniform(value, memo):
                 raise _Refused("an op reads its batch loop from a value that is not split "
-                               "(a batch-sized constant or parameter)")
+                               "(a batch-sized constant or parameter)", (value, p))
             if an.halve.setdefault(value, p) != p:
                 raise _Refused("a value divided along two dims")
             an.divided_reads.append((value, op))
@@ -246,7 +251,7 @@ def _walk(block, an: _Analysis) -> None:
                 raise _Refused(f"{op.name} reads the batch")
         except _Refused as why:
             at = where(op.location)
-            raise _Refused(f"{why}{f' (at {at})' if at else ''}") from None
+            raise _Refused(f"{why}{f' (at {at})' if at else ''}", why.uncut) from None
 
 
 def _joined(carry: _Carry | None, shape, an: _Analysis) -> int | None:
@@ -310,5 +315,24 @@ def analyse_function(func, parts: int, cuts: tuple[tuple[int, int], ...]) -> _An
             if whole:
                 an.whole_reads[value] = [(operation(u.owner), u.operand_number) for u in whole]
     except _Refused as why:
-        raise IllegalPlan(f"sft-split-batch cannot split this program's batch: {why}") from None
+        refusal = IllegalPlan(f"sft-split-batch cannot split this program's batch: {why}")
+        # the entry's (argument, dim) the split would need cut too, where that is why: a
+        # search may grow its cut from it (`search.batch_split.weight_split_of`)
+        refusal.uncut = _entry_dim(*why.uncut, block) if why.uncut else None
+        raise refusal from None
     return an
+
+
+def _entry_dim(value, dim: int, block) -> tuple[int, int] | None:
+    """(argument, dim) of `block` that `value`'s dim `dim` reads through views that permute
+    (a transpose), or None."""
+    while not isinstance(value.owner, tm.Block):
+        op = operation(value.owner)
+        if op.name != "sft.view" or dialect.padding(op) is not None:
+            return None
+        exprs = list(tm.AffineMapAttr(op.attributes["map"]).value.results)
+        source = [p for p, e in enumerate(exprs) if ix.plain_dim(e) == dim]
+        if len(source) != 1 or len(exprs) != len(static_shape(op.results[0]) or []):
+            return None
+        value, dim = dialect.inputs(op)[0], source[0]
+    return (tm.BlockArgument(value).arg_number, dim) if value.owner == block else None

@@ -58,6 +58,7 @@ def batch_split_of(program: Program, target: Target) -> tuple[int, ...]:
 
 
 WEIGHT_EXTENTS = 4  # the dims a weight split tries (by the bytes they cut)
+WEIGHT_TRIES = 8  # proofs a weight split's search runs at most for one dim
 
 
 def weight_split_of(program: Program, target: Target) -> tuple[int, ...]:
@@ -66,29 +67,41 @@ def weight_split_of(program: Program, target: Target) -> tuple[int, ...]:
     split), each part holding its share of them and summing its share of what the next
     layer sums, in the most parts up to the target's cores that divide it; () where none is
     offered (one core, a GPU, a program that updates state or writes it in place) or the proof
-    refuses every dim. Dims are tried by the bytes of parameters they cut, most first (the
-    first `WEIGHT_EXTENTS`: each try is a proof over the whole program); a parameter with two
-    dims of that extent (a square weight) is not cut."""
+    refuses every cut. Dims are tried by the bytes of parameters they cut, most first (the
+    first `WEIGHT_EXTENTS`); for each, the cut grows from one parameter (the largest first)
+    by what the proof says it needs cut too (the bias, the next layer's weight), so that
+    another parameter of the same extent (GPT-2's vocabulary, as long as its hidden layer)
+    stays whole. A parameter with two dims of the extent (a square weight) is not a seed."""
     sig = program.signature
     if (not target.split_batches or target.desc.cores < 2 or program.storage_pairs(target)
             or updated_results(sig)):
         return ()
+    size = lambda shape, dtype: math.prod(shape) * np.dtype(dtype).itemsize  # noqa: E731
     cut_bytes: dict[int, int] = {}
     for _, shape, dtype in sig.state:
         for extent in set(shape):
-            cut_bytes[extent] = cut_bytes.get(extent, 0) + math.prod(shape) * np.dtype(dtype).itemsize
+            cut_bytes[extent] = cut_bytes.get(extent, 0) + size(shape, dtype)
+    module = program.module()  # (read, never changed, by every proof below)
     for extent in sorted(cut_bytes, key=lambda e: -cut_bytes[e])[:WEIGHT_EXTENTS]:
         parts = max((p for p in range(2, target.desc.cores + 1) if extent % p == 0), default=0)
-        cuts = tuple((i, shape.index(extent)) for i, (_, shape, _) in enumerate(sig.state)
-                     if shape.count(extent) == 1)
-        if not parts or not cuts:
-            continue
-        try:
-            layout = split_layout(program.module(), (parts, cuts))
-        except SftError:
-            continue
-        if layout.sums:  # the parts sum what follows: a split of the weights, not of the rows
-            return (parts, *(x for cut in cuts for x in cut))
+        seeds = sorted((i for i, (_, shape, _) in enumerate(sig.state) if shape.count(extent) == 1),
+                       key=lambda i: -size(*sig.state[i][1:]))
+        tried: set = set()
+        for seed in seeds if parts else ():
+            cuts = {seed: sig.state[seed][1].index(extent)}
+            while frozenset(cuts.items()) not in tried and len(tried) < WEIGHT_TRIES:
+                tried.add(frozenset(cuts.items()))
+                try:
+                    layout = split_layout(module, (parts, tuple(sorted(cuts.items()))))
+                except SftError as refusal:
+                    need = getattr(refusal, "uncut", None)
+                    if (need is not None and need[0] < len(sig.state) and need[0] not in cuts
+                            and sig.state[need[0]][1][need[1]] == extent):
+                        cuts[need[0]] = need[1]
+                    continue
+                if layout.sums:  # the parts sum what follows: a split of the weights, not rows
+                    return (parts, *(x for cut in sorted(cuts.items()) for x in cut))
+                break
     return ()
 
 
