@@ -1,5 +1,6 @@
-"""Device arrays read back to the host on every driver. Standalone (numpy and iree.runtime
-only, no sft import): tools/gpu_check_run loads this file by path on the GPU machine.
+"""Device arrays read back to the host on every driver, and host arrays lent to a CPU device.
+Standalone (numpy and iree.runtime only, no sft import): tools/gpu_check_run and the split's
+helper process (`part_worker.py`) load this file by path.
 
 Memory the host can map (the CPU's) is read through the mapping; a GPU's goes through a staging
 buffer the device allocates: iree.runtime 3.13's `to_host` imports a numpy allocation instead
@@ -22,6 +23,18 @@ def to_host(value):
     host = view_to_host(value._buffer_view, value._device)
     wanted = value._override_dtype
     return host if wanted is None or wanted == host.dtype else host.astype(wanted)
+
+
+def borrowed_view(array: np.ndarray, device):
+    """A C-contiguous host array as a buffer view over its own memory, uncopied (a CPU
+    driver's device: the host's memory is its memory). IREE may write into an argument's
+    buffer and return it as a result: only for memory the caller rewrites before each call."""
+    import iree.runtime as rt
+    from iree.runtime.array_interop import map_dtype_to_element_type
+
+    buffer = device.allocator.import_host_allocation(
+        array, int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE), int(rt.BufferUsage.DEFAULT))
+    return rt.HalBufferView(buffer, array.shape, map_dtype_to_element_type(array.dtype))
 
 
 def view_to_host(view, device) -> np.ndarray:

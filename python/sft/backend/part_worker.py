@@ -64,7 +64,8 @@ class Worker:
         self.config = rt.Config(device=device)
         self.modules: dict = {}  # key -> (context, function)
         self.kept: dict = {}  # slot -> buffer view
-        self.view_to_host = _host_copy().view_to_host
+        host_copy = _host_copy()
+        self.view_to_host, self.borrowed_view = host_copy.view_to_host, host_copy.borrowed_view
         self.spin_s = float(os.environ.get("SFT_PART_SPIN_US", "2000")) * 1e-6
 
     def _map(self, size: int) -> None:
@@ -135,17 +136,12 @@ class Worker:
             map_dtype_to_element_type(array.dtype))
 
     def _borrowed(self, array: np.ndarray):
-        """The arena's array as a buffer view over the arena itself (local-sync: the host's
-        memory is the device's), made once for a prepared job: the caller writes each call's
-        values there before it says go. Results are copied out of IREE's own buffers."""
-        from iree.runtime.array_interop import map_dtype_to_element_type
-
+        """The arena's array as a buffer view over the arena itself, made once for a prepared
+        job: the caller writes each call's values there before it says go. Results are copied
+        out of IREE's own buffers."""
         if not array.nbytes or not array.flags.c_contiguous:
             return self._upload(array)
-        buffer = self.config.device.allocator.import_host_allocation(
-            array, int(self.rt.MemoryType.HOST_LOCAL | self.rt.MemoryType.DEVICE_VISIBLE),
-            int(self.rt.BufferUsage.DEFAULT))
-        return self.rt.HalBufferView(buffer, array.shape, map_dtype_to_element_type(array.dtype))
+        return self.borrowed_view(array, self.config.device)
 
     def _prepare(self, job):
         """The job as `_run` takes it: a call's module, and each argument a kept buffer view

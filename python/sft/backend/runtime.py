@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import SftError
-from .host_copy import to_host, view_to_host  # noqa: F401  (to_host re-exported: the runtime's read-back)
+from .host_copy import borrowed_view, to_host, view_to_host  # noqa: F401  (to_host re-exported: the runtime's read-back)
 from .iree import Artifact
 from .process import run_group
 
@@ -140,8 +140,6 @@ class Loaded:
         self._list, self._ref, self._view = rt.VmVariantList, rt.VmRef, rt.HalBufferView
         self._device_array = rt.DeviceArray
         self._memory_type, self._usage = int(rt.MemoryType.DEVICE_LOCAL), int(rt.BufferUsage.DEFAULT)
-        self._import = self._device.allocator.import_host_allocation
-        self._borrow_type = int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE)
         self._borrows = self.driver in ("local-sync", "local-task")  # the host's memory is the device's
         # where this module's calls wait: None until its first calls say (`INVOKER_FROM_S`)
         self._call_times: list[float] = []
@@ -182,8 +180,7 @@ class Loaded:
         may return it as a result (`unshared`)."""
         if not self._borrows or not array.flags.c_contiguous or array.ndim == 0:
             return self.copied_in(array)
-        buffer = self.guarded(self._import, array, self._borrow_type, self._usage)
-        return self._view(buffer, array.shape, _element_type(array.dtype))
+        return self.guarded(borrowed_view, array, self._device)
 
     def copied_in(self, value):
         """A host value (an array, a numpy scalar) copied to the device, as a buffer view."""
