@@ -153,6 +153,7 @@ class PartsLoaded:
         self._loaded = [Loaded(artifact, entry, PARTS_DRIVER)
                         for _ in range(1 if self._helpers else parts)]
         self._shares: dict[int, tuple] = {}  # argument -> (the state array, each part's share)
+        self._lent: dict[int, tuple] = {}  # id -> (a helper's result, its view: `_lent_view`)
         self.driver = PARTS_DRIVER
 
     def upload(self, array: np.ndarray):
@@ -219,7 +220,7 @@ class PartsLoaded:
             # to the joins uncopied, and their results read back apart from it
             lent = [p for p in partials if type(p) is np.ndarray]
             given = [arrays[i] for i in self.layout.join_args] + [
-                _Copied(self._joins[0].borrowed(p)) if type(p) is np.ndarray else p for p in partials]
+                self._lent_view(p) if type(p) is np.ndarray else p for p in partials]
             calls = [(m, m.arguments(given), m._list(1)) for m in self._joins]
             _side_by_side(calls)
             rest = [None] * sum(map(len, self.layout.join_groups))
@@ -233,6 +234,17 @@ class PartsLoaded:
         parts = iter(np.concatenate([to_host(out[k]) for out in outs], axis=self.layout.joins[j])
                      for k, j in enumerate(carried))
         return [next(rest) if dim is None else next(parts) for dim in self.layout.joins]
+
+    def _lent_view(self, array: np.ndarray) -> _Copied:
+        """A helper's result in its shared memory as a buffer view over that memory, made once
+        per array: the helper writes each call's values to the same place and hands back the
+        same arrays while its results keep their places (`PartProcess.wait`)."""
+        known = self._lent.get(id(array))
+        if known is None or known[0] is not array:
+            if len(self._lent) >= 4 * self.layout.sums:  # (old arrays: the arena was remapped)
+                self._lent.clear()
+            known = self._lent[id(array)] = (array, _Copied(self._joins[0].borrowed(array)))
+        return known[1]
 
     def _start_helpers(self) -> None:
         """This module loaded in the helper processes (again where one died); `_lock` held."""
