@@ -66,14 +66,19 @@ def test_train_jax_case_times_every_variant(capsys):
     from sft.tools.bench_train import train
 
     result = train(["jax_mlp_b8"], rounds=1, calls=1)
-    assert "jax_mlp_b8" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "jax_mlp_b8" in printed
     row = result["rows"][0]
     assert row["ok"] and row["errors"] == {}
-    for variant in ("jax_jit", "iree", "model", "verify"):
+    for variant in ("jax_jit", "iree", "model", "verify", "iree_again"):
         assert math.isfinite(row[f"{variant}_s"]) and row[f"{variant}_s"] > 0, variant
-    for key in ("verify_over_jax_jit", "verify_over_iree", "model_over_jax_jit"):
+    for key in ("verify_over_jax_jit", "verify_over_iree", "model_over_jax_jit", "control"):
         assert math.isfinite(row[key]) and row[key] > 0, key
     assert math.isfinite(row["bound_s"]) and row["bound_s"] > 0
+    # each search held to IREE's default beyond the row's control, as in sft-bench speed
+    for search in ("verify", "model"):
+        assert f"{search} slower than IREE beyond the control's spread" in printed
+        assert set(result["summary"][f"{search}_slower_beyond_noise"]) <= {"jax_mlp_b8"}
 
 
 def test_a_train_row_that_cannot_be_measured_is_reported_and_the_table_goes_on(monkeypatch, capsys):
@@ -190,3 +195,14 @@ def test_program_quality_times_every_option_set_and_stores_the_trust(tmp_path, m
     assert stored and all(factors[k] == v >= 1.03 for k, v in stored.items()) and set(stored) <= set(KINDS)
     with pytest.raises(SystemExit):
         bench.main(["speed", "linear", "--store"])
+
+
+def test_a_row_is_slower_only_beyond_its_controls_spread():
+    from sft.tools.bench_ratios import ratios, slower_beyond_noise
+
+    row = {"model": "m", **ratios({"iree": 1.0, "iree_again": 1.1, "verify": 1.05, "model": 1.2})}
+    assert abs(row["control"] - 1 / 1.1) < 1e-9  # IREE's first process over its second
+    assert slower_beyond_noise([row], "verify") == []  # 0.95x: within the control's 0.91x
+    assert slower_beyond_noise([row], "model") == ["m"]  # 0.83x: beyond it
+    alone = {"model": "n", **ratios({"iree": 1.0, "verify": 1.05, "model": 0.9})}
+    assert slower_beyond_noise([alone], "verify") == ["n"]  # no control: below 1 is slower

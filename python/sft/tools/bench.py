@@ -115,8 +115,7 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
             builders["torch_compile"] = (_torch, (name, True))
         times, errors = time_in_processes(builders, rounds, calls, timeout=600.0)  # torch.compile warms up slowly
         row.update({f"{k}_s": v for k, v in times.items()}, errors=errors)
-        control = times["iree"] / times["iree_again"] if times.get("iree") and times.get("iree_again") else float("nan")
-        row.update(ratios(times), control=control)
+        row.update(ratios(times))
         rows.append(row)
         ms = lambda k: f"{row[k + '_s'] * 1e3:8.3f}" if row.get(k + "_s") else f"{'-':>8}"
         space = row["model_search"].get("space_size_log10", 0.0)
@@ -130,10 +129,6 @@ def speed(models: list[str], rounds: int, calls: int, use_torch_compile: bool) -
             print(f"  {variant} failed: {err.strip().splitlines()[-1]}", flush=True)
     summary = summarize(rows)
     summary["verify_never_slower"] = all(r["verify_over_iree"] >= 1.0 for r in rows)
-    # Slower beyond noise: further below 1 than the identical-module control strays either way.
-    for search in ("verify", "model"):
-        summary[f"{search}_slower_beyond_noise"] = [
-            r["model"] for r in rows if r[f"{search}_over_iree"] < min(r["control"], 1 / r["control"])]
     print("\ngeomean: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items() if isinstance(v, float)))
     for search in ("verify", "model"):
         print(f"{search} slower than IREE beyond the control's spread: "

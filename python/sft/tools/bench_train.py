@@ -211,8 +211,10 @@ def _torch_case(name: str, rounds: int, calls: int, use_torch_compile: bool,
         row[f"{mode}_plan"] = json.loads(step.plan.to_json())
         row[f"{mode}_search"] = step.search.to_dict() if step.search else {}
         row["dispatches"] = step.dispatch_count
+    # iree_again: IREE's module once more, in a process of its own: the row's control
     builders = {"eager": (_torch_step, (name, False)), "iree": (_iree_step, (name,)),
-                "model": (_sft_step, (name, "model")), "verify": (_sft_step, (name, "verify"))}
+                "model": (_sft_step, (name, "model")), "verify": (_sft_step, (name, "verify")),
+                "iree_again": (_iree_step, (name,))}
     if use_torch_compile:
         builders["torch_compile"] = (_torch_step, (name, True))
     times, errors = time_in_processes(builders, rounds, calls, timeout=600.0, processes=processes)
@@ -234,7 +236,8 @@ def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = 
 
     header = (f"{'model':<18}{'ok':>3}{'disp':>5}{'chosen (verify)':>34}{'ref':>8}{'t.comp':>8}"
               f"{'iree':>8}{'model':>8}{'verify':>8}{'verify/iree':>12}{'model/iree':>11}"
-              f"{'model/verify':>13}{'verify/ref':>11}{'model/ref':>10}{'bound':>8}{'verify/bound':>13}")
+              f"{'model/verify':>13}{'verify/ref':>11}{'model/ref':>10}{'control':>9}{'bound':>8}"
+              f"{'verify/bound':>13}")
     print(header + "\n" + "-" * len(header), flush=True)
     rows = []
     for name in models:
@@ -254,19 +257,25 @@ def train(models: list[str], rounds: int, calls: int, use_torch_compile: bool = 
               f"{ms('jax_jit' if jax_row else 'eager')}{ms('torch_compile')}{ms('iree')}"
               f"{ms('model')}{ms('verify')}{row['verify_over_iree']:>11.2f}x"
               f"{row['model_over_iree']:>10.2f}x{row['model_over_verify']:>12.2f}x"
-              f"{row[ref[0]]:>10.2f}x{row[ref[1]]:>9.2f}x{ms('bound')}"
+              f"{row[ref[0]]:>10.2f}x{row[ref[1]]:>9.2f}x{row['control']:>8.2f}x{ms('bound')}"
               f"{of_bound(row.get('verify_s'), row.get('bound_s')):>13}", flush=True)
         for variant, err in row["errors"].items():
             print(f"  {variant} failed: {err.strip().splitlines()[-1]}", flush=True)
     summary = summarize(rows)
     for key in ("model_over_best_torch", "verify_over_jax_jit", "model_over_jax_jit"):
         summary[key] = geomean([r.get(key) for r in rows])
-    print("\ngeomean: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items() if not math.isnan(v)))
+    print("\ngeomean: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items()
+                                    if isinstance(v, float) and not math.isnan(v)))
+    for search in ("verify", "model"):
+        print(f"{search} slower than IREE beyond the control's spread: "
+              f"{summary[f'{search}_slower_beyond_noise'] or 'none'}")
     per = "one process per variant" if processes == 1 else f"the median of {processes} processes per variant"
     print(f"columns: ms per training step (medians of interleaved rounds, {per}); "
           "ref: PyTorch eager (torch rows) or jax.jit (jax_ rows); verify/ref, model/ref: "
           "speed-up over the faster of eager and torch.compile (torch rows), over jax.jit (jax_ "
           "rows: each variant's state stays on its device, its new values passed back each step); "
+          "control: IREE's module timed again in another process over the first (1.00x but "
+          "for noise); "
           "bound: the roofline bound on every core (each dispatch's FLOPs at the calibrated peak "
           "or its bytes at the bandwidth of where they live), verify/bound: verify's time "
           "over it")

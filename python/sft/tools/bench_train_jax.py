@@ -297,7 +297,8 @@ def run_case(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
         row[f"{mode}_search"] = compiled.search.to_dict() if compiled.search else {}
         row["dispatches"] = compiled.dispatch_count
     builders = {"jax_jit": (_jax_jit_step, (name,)), "iree": (_iree_step, (name,)),
-                "model": (_sft_step, (name, "model")), "verify": (_sft_step, (name, "verify"))}
+                "model": (_sft_step, (name, "model")), "verify": (_sft_step, (name, "verify")),
+                "iree_again": (_iree_step, (name,))}  # the row's control (`ratios`)
     times, errors = time_in_processes(builders, rounds, calls, timeout=600.0, processes=processes)
     row.update({f"{k}_s": v for k, v in times.items()}, errors=errors)
     ratio = lambda a, b: (times[b] / times[a]) if times.get(a) and times.get(b) else float("nan")
