@@ -249,6 +249,27 @@ def test_the_parts_run_in_a_helper_process_that_keeps_the_state_until_it_changes
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+class _Outer(nn.Module):
+    def forward(self, x):  # each row's outer product with itself
+        return x[:, :, None] * x[:, None, :]
+
+
+def test_results_larger_than_the_helpers_room_are_made_again_with_more_and_then_repeat():
+    """A part whose results outgrow the helper's shared memory (1 MB, or the module's size)
+    is made again with twice the room; the calls after repeat that job with each call's
+    values. No state: the first call's job is repeated at once, so the one made again must
+    not be its repeat."""
+    model = _Outer()  # a part's result: 256 rows of 64 x 64 floats, 4 MB, from 64 KB
+    x = torch.randn(512, 64)
+    compiled = sft.compile(model, (x,), plan=_split_plan(model, (x,)))
+    for _ in range(4):
+        fresh = torch.randn(512, 64)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(fresh), model(fresh), rtol=1e-4, atol=1e-4)
+    helper = compiled._device()._helpers[0]
+    assert helper._result_bytes and helper._repeats
+
+
 def test_a_helper_process_that_dies_fails_its_call_in_one_line_and_the_next_call_starts_another():
     import os
     import signal

@@ -226,6 +226,7 @@ class PartProcess:
         call: nothing it wrote is kept)."""
         key, arrays, kept = self._call
         self._result_bytes[key] = 2 * max(self.size, self._result_bytes.get(key, 0))
+        self._repeats.pop(key, None)  # its job had the room that was too small
         self.start(key, arrays, kept)
         return self.wait()
 
