@@ -105,9 +105,12 @@ class PartProcess:
         """A call of module `key` on `arrays` begun in the helper (host arrays, or device
         arrays, read back once each where at an argument in `kept`: the same object the next
         time is not sent again)."""
-        if self._again_as(key, arrays):
-            self._call = (key, arrays, kept)
-            return
+        if not self._again_as(key, arrays):
+            self._begin(key, arrays, kept)
+        self._call = (key, arrays, kept)
+
+    def _begin(self, key: int, arrays: list, kept: set[int]) -> None:
+        """`start`'s job built, its arguments written to the shared memory, and sent."""
         args, data, offset = [], [], HEADER
         for i, array in enumerate(arrays):
             known = self._kept.get((key, i)) if i in kept else None
@@ -139,7 +142,6 @@ class PartProcess:
             self.wait()
         job = ("call", key, args, offset)
         self._send(job)
-        self._call = (key, arrays, kept)
         # what the next call repeats where it passes the same kept arrays, and host arrays of
         # the same shapes and dtypes elsewhere (once the kept ones are in the helper)
         if all(arg[0] != "keep" for arg in args):
