@@ -13,7 +13,7 @@ from .backend.iree import Artifact
 from .backend.parts import PartsLoaded
 from .backend.runtime import to_host
 from .errors import SftError
-from .passes.hold_transposed import fixed_state, held_array
+from .passes.hold_transposed import fixed_state, held_array, holding, user_array
 from .passes.split_batch import split_of
 from .plan import Plan
 from .values import (DeviceArray, Signature, argument_specs, assemble, check_inputs,
@@ -79,8 +79,10 @@ class CompiledModel:
         if not set(self.plan.held) <= set(fixed_state(self.signature)):
             raise SftError("plan.held keeps arguments transposed on the device: only state that "
                            "no call replaces can be held so")
-        # the state held transposed on the device (`passes.hold_transposed`)
-        self._held = {self.signature.state[a][0] for a in self.plan.held}
+        # the state held transposed on the device (`passes.hold_transposed`), by name: its
+        # panel width where also packed (`passes.hold_packed`), else 0
+        self._holding = holding(self.plan)
+        self._held = {self.signature.state[a][0]: n0 for a, n0 in self._holding.items()}
         self._split = split_of(self.plan)
         if self._split and (self._storage_pairs or not self.split_layout.updates_once()):
             raise SftError("plan.batch_split and plan.weight_split run parts side by side: a "
@@ -113,7 +115,7 @@ class CompiledModel:
         """The module loaded on its device (the first time: loaded, and the state uploaded)."""
         if self._loaded is None and self._split:
             self._loaded = PartsLoaded(self.artifact, self.entry, self._split[0], self.split_layout,
-                                       self.plan.held)
+                                       self._holding)
         if self._loaded is None:
             self._loaded = load(self.artifact, entry=self.entry, driver=self.plan.driver)
             self._device_state = {name: self._loaded.upload(value) if isinstance(value, np.ndarray)
@@ -123,7 +125,7 @@ class CompiledModel:
     def save(self, path) -> None:
         """Write the compiled module (.vmfb) to `path`; run it with IREE's tools or runtime on
         the target's driver (the model's state, if any, comes first among its arguments, in
-        the order of `signature.state`, those at `plan.held` transposed, as the compiled model
+        the order of `signature.state`, those at `plan.held` transposed (and packed: `plan.packed`), as the compiled model
         uploads them: `passes.hold_transposed.held_array`; on a target that writes state in
         place, one storage argument per updated value follows the inputs,
         `passes.output_storage`)."""
@@ -161,7 +163,7 @@ class CompiledModel:
                 raise SftError(f"load_state_dict: '{name}' is {array.dtype}{list(array.shape)}, "
                                f"the model has {np.dtype(dtype)}{list(shape)}")
             if name in self._held:  # as the module takes it (`passes.hold_transposed`)
-                array = held_array(array)
+                array = held_array(array, self._held[name])
             # Kept as a copy until the module is loaded: the caller's tensors may change meanwhile.
             self._device_state[name] = (np.array(array, copy=True) if self._loaded is None
                                         else self._loaded.upload(array))
@@ -170,7 +172,8 @@ class CompiledModel:
     def state_dict(self, names=None) -> dict:
         """The model's state as it is on the device now, as torch tensors by name (those in
         `names` only, where given)."""
-        return {name: to_torch(held_array(to_host(value)) if name in self._held else to_host(value))
+        return {name: to_torch(user_array(to_host(value), self._held[name]) if name in self._held
+                               else to_host(value))
                 for name, value in self._device_state.items() if names is None or name in names}
 
     def take_state(self, source: "CompiledModel", names) -> None:
@@ -180,8 +183,11 @@ class CompiledModel:
         mine, theirs = self._device(), source._device()
         for name in names:
             value = source._device_state[name]
-            if (name in self._held) != (name in source._held):  # through the host, transposed
-                value = mine.upload(held_array(to_host(value)))
+            if self._held.get(name) != source._held.get(name):  # through the host, relaid
+                value = to_host(value)
+                if name in source._held:
+                    value = user_array(value, source._held[name])
+                value = mine.upload(held_array(value, self._held[name]) if name in self._held else value)
             elif mine.driver != theirs.driver:
                 value = mine.upload(to_host(value))
             self._device_state[name] = value

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from iree.compiler import ir as iree_ir  # noqa: F401  (re-exported)
 from iree.compiler import passmanager as iree_passmanager  # noqa: F401
+from iree.compiler.dialects import linalg as iree_linalg
+from iree.compiler.dialects import tensor as iree_tensor
 from torch_mlir import ir as tm  # noqa: F401
 from torch_mlir import passmanager as tm_passmanager
 from torch_mlir.dialects import arith, irdl, linalg, tensor  # noqa: F401
@@ -95,6 +97,14 @@ def parse(ctx, text: str, filename: str = "<input>"):
             except Exception as exc:
                 raise _mlir_error(exc, filename) from None
     raise error
+
+
+def dialects_of(module) -> tuple:
+    """(ir, linalg, tensor): the bindings `module` lives in (IREE's or torch-mlir's), to build
+    ops in its context."""
+    if isinstance(module, iree_ir.Module):
+        return iree_ir, iree_linalg, iree_tensor
+    return tm, linalg, tensor
 
 
 def verify(module, filename: str = "<input>") -> None:

@@ -24,6 +24,8 @@ from .backend.bench import Variant, benchmark
 from .backend.timing import loaded_call, time_together, time_variants
 from .errors import SftError
 from .decisions import KernelConfig, canonical
+from .passes.hold_packed import packed_twin
+from .passes.hold_transposed import holding
 from .passes.split_batch import split_of
 from .plan import Plan
 from .search.candidates import TOP_OPTIONS, contractions_alone, program_candidates
@@ -36,7 +38,7 @@ from .tuning_db import TuningDB
 _TYPES = {2: "f16", 4: "f32", 8: "f64"}
 MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary about that much)
 TOGETHER_BYTES = 1 << 30  # verify's candidates share their timing processes up to this much input
-SEARCH_REVISION = 44  # bump when the space or the cost model changes what a search would pick
+SEARCH_REVISION = 45  # bump when the space or the cost model changes what a search would pick
 
 
 def kernel_program(kernel: Kernel, config: KernelConfig | None) -> str:
@@ -152,6 +154,9 @@ def measure_kernel(choice: KernelChoice, target: Target, db: TuningDB,
     return KernelMeasurement(_significant_best(ok, 0) if ok else 0, seconds)
 
 
+PACKED_TWINS = 3  # plans verify times again with their held weights packed
+
+
 def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            db: TuningDB, top_options: int = TOP_OPTIONS, top_k: int = 3, rounds: int = 5,
            progress=None, keep: tuple[int, ...] = (), resident: tuple[int, ...] = (),
@@ -163,7 +168,8 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     `lower_plan(plan)` gives the program text a plan compiles from. Programs are timed on
     `inputs` as the compiled object calls them: those at `resident` (the model's state, donated
     inputs) uploaded once, the results at `keep` (a training step's new state) left there, and
-    output storage of the `storage` specs passed after the arguments. `extra` adds plans
+    output storage of the `storage` specs passed after the arguments. Up to `PACKED_TWINS` plans
+    that hold weights are timed again with them packed (`passes.hold_packed`). `extra` adds plans
     by name, each with its layout (a split, whose parts make the results as its
     `passes.split_batch.SplitLayout` says: `backend.parts`), or None."""
     tiles = ()
@@ -180,6 +186,14 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     layouts = {name: layout for name, (_, layout) in (extra or {}).items()}
     candidates = {**program_candidates(report, tiles, top_options),
                   **{name: plan for name, (plan, _) in (extra or {}).items()}}
+    # the plans that hold weights, again with them packed (the model does not price packing
+    # yet: `passes.hold_packed`): the splits' first, then the best predicted, `PACKED_TWINS`
+    twins = [(name, packed_twin(plan, target.desc)) for name, plan in
+             [*[(n, candidates[n]) for n in (extra or {})], *candidates.items()]]
+    for name, twin in [(n, t) for n, t in dict(twins).items() if t is not None][:PACKED_TWINS]:
+        if twin not in candidates.values():
+            candidates[f"{name}, packed"] = twin
+            layouts[f"{name}, packed"] = layouts.get(name)
     variants, plans, texts, jobs = {}, {}, {}, {}
     for name, plan in candidates.items():
         # Option sets differ in flags and driver, not in the program: lower each program once.
@@ -187,7 +201,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
         try:
             if program not in texts:
                 texts[program] = lower_plan(program)
-            jobs[name] = (texts[program], plan.flags)
+            jobs[name] = (texts[program], plan.iree_flags)
         except SftError:
             report.measured[f"program {name}"] = None
     built = compile_all(jobs, target, farm)
@@ -202,7 +216,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
         layouts[f"{name}, contractions alone"] = layouts.get(name)
         try:
             retry[f"{name}, contractions alone"] = (
-                lower_plan(dataclasses.replace(alone, flags=(), driver="")), alone.flags)
+                lower_plan(dataclasses.replace(alone, flags=(), driver="")), alone.iree_flags)
         except SftError:
             report.measured[f"program {name}, contractions alone"] = None
     if retry:
@@ -218,7 +232,8 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     # in it, and had decided picks when each candidate had a process of its own. Where the
     # candidates' inputs would not fit many times over in one process, each gets its own.
     builders = {name: (loaded_call, (v.artifact, v.driver, inputs, keep, resident, storage,
-                                     split_of(plans[name]) or (), layouts.get(name), "main", plans[name].held))
+                                     split_of(plans[name]) or (), layouts.get(name), "main",
+                                     holding(plans[name])))
                 for name, v in variants.items()}
     together = sum(np.asarray(a).nbytes for a in inputs) * len(builders) <= TOGETHER_BYTES
     if farm is not None:

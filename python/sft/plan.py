@@ -15,7 +15,7 @@ from dataclasses import field, make_dataclass
 
 from .decisions.kind import COMPILE, DecisionKind, boolean, string, strings
 from .errors import SftError
-from .passes import (apply_plan, expand_batch, hold_transposed, im2col, low_precision, orient,
+from .passes import (apply_plan, expand_batch, hold_packed, hold_transposed, im2col, low_precision, orient,
                      reassociate, split_batch, split_reduction)
 
 FLAGS = DecisionKind(field="flags", type="tuple[str, ...]", default=(),
@@ -33,7 +33,7 @@ KINDS: tuple[DecisionKind, ...] = (
     split_batch.KIND, split_batch.WEIGHT_KIND, im2col.KIND, split_reduction.KIND,  # on the sft
     hold_transposed.KIND, orient.KIND, expand_batch.KIND, reassociate.KIND,   # program, in
     low_precision.KIND,                                                       # order
-    apply_plan.TILES, apply_plan.GROUPS,                      # on the lowered linalg
+    apply_plan.TILES, hold_packed.KIND, apply_plan.GROUPS,    # on the lowered linalg
     FLAGS, DRIVER, AS_IMPORTED,                               # read by iree-compile and the runtime
 )
 _BY_FIELD = {k.field: k for k in KINDS}
@@ -49,6 +49,12 @@ class _PlanMethods:
         in order; none for a decision left at its default."""
         return [k.make_pass(getattr(self, k.field)) for k in KINDS
                 if k.stage == stage and getattr(self, k.field) != k.default]
+
+    @property
+    def iree_flags(self) -> tuple[str, ...]:
+        """The iree-compile options this plan compiles with: its flags, and IREE's
+        micro-kernels off where it holds weights packed (`passes.hold_packed`)."""
+        return self.flags + ((hold_packed.UKERNELS_OFF,) if self.packed else ())
 
     def describe(self) -> list[str]:
         """The report's words for each decision the plan takes that has any."""

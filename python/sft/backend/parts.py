@@ -136,10 +136,11 @@ class PartsLoaded:
     their partial sums for the other results (left on the device: a training step's new
     state)."""
 
-    def __init__(self, artifact: Artifact, entry: str, parts: int, layout, held: tuple[int, ...] = ()):
+    def __init__(self, artifact: Artifact, entry: str, parts: int, layout, held=()):
         self.parts, self.layout, self.cuts = parts, layout, dict(layout.cuts)
-        self._held = set(held)  # arguments passed transposed (`passes.hold_transposed`)
-        if self._held & set(layout.join_args):
+        # arguments passed held (`passes.hold_transposed.holding`: position -> panel width)
+        self._held = dict.fromkeys(held, 0) if not isinstance(held, dict) else dict(held)
+        if set(self._held) & set(layout.join_args):
             raise SftError("a split whose joins read its arguments holds transposed none of those")
         # the whole's results the parts return joined, in order (theirs first, then their sums)
         self._carried = [j for j, dim in enumerate(layout.joins) if dim is not None]
@@ -190,8 +191,10 @@ class PartsLoaded:
             size = len(array) // self.parts
             return [array[k * size:(k + 1) * size] for k in range(self.parts)]
         shape = tuple(getattr(array, "shape", None) or np.shape(array))
-        if i in self._held:  # held transposed: a transposed share of it is this dim's
-            dim = len(shape) - 1 - dim
+        if i in self._held and not self._held[i]:  # held transposed: a transposed share of it
+            dim = len(shape) - 1 - dim                 # is this dim's
+        # held packed ([N/n0, K, n0, 1] of the user's [N, K]): its dims 0 and 1 are the user's,
+        # and a cut into whole panels is each part's weight packed
         if len(shape) <= dim or shape[dim] % self.parts:
             raise SftError(f"argument {i} does not divide into {self.parts} parts along dim {dim}")
         whole, size = to_host(array), shape[dim] // self.parts

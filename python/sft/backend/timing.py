@@ -36,7 +36,7 @@ from .process import exit_text, kill_group
 
 def loaded_call(artifact, driver: str, arrays: list, keep: tuple[int, ...] = (),
                 resident: tuple[int, ...] = (), storage: tuple = (), split: tuple = (),
-                layout=None, entry: str = "main", held: tuple[int, ...] = ()):
+                layout=None, entry: str = "main", held: dict[int, int] | None = None):
     """A builder for `time_in_processes`: the compiled module loaded on `driver`, called on
     `arrays` as a compiled model is called: the arguments at positions `resident` (the model's
     state, donated inputs) are uploaded to the device once, the results at positions `keep` (a
@@ -44,17 +44,18 @@ def loaded_call(artifact, driver: str, arrays: list, keep: tuple[int, ...] = (),
     each (shape, dtype) of `storage` is passed after them, for IREE to write a result into
     (`passes.output_storage`). A module for a part of the batch (`split`: parts, batched
     arguments) runs its parts side by side, as `layout` says (`passes.split_batch.SplitLayout`).
-    The arguments at `held` are passed transposed, as a plan holding them so takes them
-    (`passes.hold_transposed`)."""
+    The arguments `held` names (position -> panel width: `passes.hold_transposed.holding`) are
+    passed as a plan holding them takes them (transposed, and packed where the width is not 0)."""
     from .parts import PartsLoaded
     from .runtime import load, to_host
 
+    held = held or {}
     fn = (PartsLoaded(artifact, entry, split[0], layout, held) if split
           else load(artifact, entry, driver))
     if held:
         from ..passes.hold_transposed import held_array
 
-        arrays = [held_array(a) if i in held else a for i, a in enumerate(arrays)]
+        arrays = [held_array(a, held[i]) if i in held else a for i, a in enumerate(arrays)]
     arrays = [fn.upload(a) if i in resident else a for i, a in enumerate(arrays)]
     arrays += [fn.allocate(shape, dtype) for shape, dtype in storage]
 

@@ -2,6 +2,7 @@
 
 from .expand_batch import ExpandBatchPass
 from .f64_math import ExpandF64MathPass
+from .hold_packed import HoldPackedPass
 from .hold_transposed import HoldTransposedPass
 from .im2col import Im2colPass
 from .split_batch import SplitBatchPass
@@ -17,6 +18,6 @@ from .verify import VerifyPass
 PASSES = {p.name: p for p in (RaisePass, LowerPass, VerifyPass, ReassociatePass, ExpandBatchPass,
                                   LowPrecisionPass, ExpandF64MathPass, OrientPass, Im2colPass,
                                   SplitReductionPass, SplitBatchPass, SumLoneLoopsPass,
-                                  HoldTransposedPass)}
+                                  HoldTransposedPass, HoldPackedPass)}
 
-__all__ = ["PASSES", "ExpandBatchPass", "ExpandF64MathPass", "HoldTransposedPass", "Im2colPass", "LowPrecisionPass", "LowerPass", "OrientPass", "RaisePass", "ReassociatePass", "SplitBatchPass", "SplitReductionPass", "SumLoneLoopsPass", "VerifyPass"]
+__all__ = ["PASSES", "ExpandBatchPass", "ExpandF64MathPass", "HoldPackedPass", "HoldTransposedPass", "Im2colPass", "LowPrecisionPass", "LowerPass", "OrientPass", "RaisePass", "ReassociatePass", "SplitBatchPass", "SplitReductionPass", "SumLoneLoopsPass", "VerifyPass"]

@@ -25,6 +25,7 @@ import numpy as np
 from ..decisions.kind import SFT, DecisionKind, ints
 from ..errors import IllegalPlan
 from ..ir import tm
+from .hold_packed import packed_array, unpacked_array
 from .common import functions, op_ids_option, operation, static_shape, view_permutation
 
 
@@ -84,9 +85,26 @@ def holdable(module, candidates: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(a for a in candidates if _transposing_readers(functions(module)[0], a) is not None)
 
 
-def held_array(array: np.ndarray) -> np.ndarray:
-    """A held argument's value as the module takes it (and, applied again, as the user has it)."""
-    return np.ascontiguousarray(np.asarray(array).T)
+def holding(plan) -> dict[int, int]:
+    """Argument position -> panel width of each argument `plan` holds: 0 where held
+    transposed, n0 where also packed in panels of n0 columns (`passes.hold_packed`)."""
+    panels = {position: n0 for position, _, n0 in plan.packed}
+    if not set(panels) <= set(plan.held):
+        raise IllegalPlan(f"plan.packed holds arguments {sorted(set(panels) - set(plan.held))} "
+                          "packed that plan.held does not hold")
+    return {a: panels.get(a, 0) for a in plan.held}
+
+
+def held_array(array: np.ndarray, panel: int = 0) -> np.ndarray:
+    """A held argument's value (as the user has it) as the module takes it: transposed, and
+    packed in panels of `panel` columns where that is not 0."""
+    held = np.ascontiguousarray(np.asarray(array).T)
+    return packed_array(held, panel) if panel else held
+
+
+def user_array(array: np.ndarray, panel: int = 0) -> np.ndarray:
+    """`held_array`'s inverse: a held value as the module takes it, as the user has it."""
+    return np.ascontiguousarray((unpacked_array(array) if panel else np.asarray(array)).T)
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,6 @@ def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict, progra
     lowered, planned = (imported, imported) if plan.as_imported else lower(module, plan, target)
     planned = program.for_iree(planned, target)
     lowered_at = time.perf_counter()
-    artifact = compile_module(planned, target, plan.flags)
+    artifact = compile_module(planned, target, plan.iree_flags)
     seconds.update({"lower": lowered_at - start, "iree-compile": time.perf_counter() - lowered_at})
     return lowered, planned, artifact

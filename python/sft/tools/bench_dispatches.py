@@ -27,6 +27,7 @@ def programs(program) -> dict[str, tuple[str, tuple[str, ...], tuple[int, ...]]]
     that splits the batch in parts is compiled whole, its other decisions kept but a batch
     expansion that applies to a part's batch only)."""
     from ..api import compile_prepared
+    from ..passes.hold_transposed import holding
     from ..errors import SftError
     from ..targets import get_target
 
@@ -39,8 +40,9 @@ def programs(program) -> dict[str, tuple[str, tuple[str, ...], tuple[int, ...]]]
         except SftError:  # a batch expansion that applies to a part's batch only (mha's, of 1)
             whole = replace(whole, expand=())
             compiled = compile_prepared(program, program.module(), target, plan=whole, keep_ir=True)
-    return {"iree": (program.for_iree(program.linalg, target), (), ()),
-            "sft": (compiled.stages.planned, compiled.plan.flags, compiled.plan.held)}
+    return {"iree": (program.for_iree(program.linalg, target), (), {}),
+            "sft": (compiled.stages.planned, compiled.plan.iree_flags,
+                    holding(compiled.plan))}
 
 
 def peaks(desc) -> dict:
@@ -91,7 +93,7 @@ def dispatch_row(name: str, rounds: int = 3, calls: int = 20) -> dict:
                 if runs[variant] is not None:
                     try:  # on one thread, as the search times kernels
                         held = variants[variant][2]  # as the plan takes them
-                        args = [held_array(a) if i in held else a for i, a in enumerate(inputs)]
+                        args = [held_array(a, held[i]) if i in held else a for i, a in enumerate(inputs)]
                         runs[variant].append(profile_program(
                             Variant(artifact, target.kernel_driver), args, calls, program.entry))
                     except SftError:

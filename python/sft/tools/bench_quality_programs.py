@@ -54,7 +54,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     from ..backend.timing import loaded_call, time_variants
     from ..cost.trust import decision_kinds
     from ..errors import SftError
-    from ..passes.hold_transposed import fixed_state
+    from ..passes.hold_transposed import fixed_state, holding
     from ..passes.split_batch import split_of
     from ..plan import Plan
     from ..program import lower
@@ -85,7 +85,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
 
     def compiled(plan):
         return compile_module(program.for_iree(lower(program.module(), plan, target)[1], target),
-                              target, plan.flags)
+                              target, plan.iree_flags)
 
     for vname, (plan, _) in tqdm(variants.items(), desc=f"compile {name}", unit="plan", leave=False):
         try:
@@ -103,7 +103,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
             alone.append(vname)
         parts = (split_of(plan), layouts.get(vname)) if split_of(plan) else ((), None)
         builders[vname] = (loaded_call, (artifact, plan.driver, inputs, keep, resident, storage,
-                                         *parts, program.entry, plan.held))
+                                         *parts, program.entry, holding(plan)))
     # The first variant on each driver again, in a process of its own: that driver's noise
     # floor (on a 2-core VM the parallel executor's times differ between processes far more
     # than the inline driver's).

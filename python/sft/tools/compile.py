@@ -103,7 +103,7 @@ def _compile(args) -> int:
     elif args.emit == "linalg":
         write_output(output, planned)
     else:
-        artifact = compile_module(planned, target, plan.flags)
+        artifact = compile_module(planned, target, plan.iree_flags)
         write_output(output, artifact.vmfb)
         run_on = f"; run it with --device={plan.driver}" if plan.driver else ""
         print(f"{output}: {artifact.dispatch_count} dispatches{run_on}", file=sys.stderr)

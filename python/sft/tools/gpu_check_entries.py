@@ -269,7 +269,7 @@ def model_entry(name: str, target, store: Store, kernels: dict, progress) -> dic
             continue
         try:
             text = program.linalg if plan_.as_imported else lower(program.module(), plan_, target)[1]
-            jobs[key] = (text, plan_.flags)
+            jobs[key] = (text, plan_.iree_flags)
         except SftError as err:  # a plan that does not apply (IllegalPlan)
             built[key] = f"lower: {err}"
     built.update(_compile_all(jobs, target))

@@ -1,0 +1,97 @@
+"""Weights held packed on the device (`passes/hold_packed.py`): nn.Linear's weights taken in
+panels of n0 columns and multiplied by mmt4d; packed once at upload and back when read; the
+results, `state_dict` and `load_state_dict` as eager's, alone and split across cores, and
+verify timing the plans that hold weights again with them packed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import sft
+from sft.errors import SftError
+from sft.passes.hold_packed import UKERNELS_OFF, block_of, packed_twin
+from sft.passes.hold_transposed import held_array, user_array
+from sft.plan import Plan
+from sft.targets import get_target
+
+
+def _mlp(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    # a square weight too: a panel read from the wrong place would give wrong values, not a
+    # shape error
+    return nn.Sequential(nn.Linear(48, 64), nn.GELU(), nn.Linear(64, 64), nn.ReLU(),
+                         nn.Linear(64, 32)).eval()
+
+
+PACKED = Plan(held=(0, 2, 4), packed=((0, 8, 32), (2, 8, 16), (4, 4, 32)), driver="local-sync")
+
+
+def _check(compiled, model, x):
+    with torch.no_grad():
+        expected = model(x)
+    got = compiled(x)
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_packed_weights_give_eager_values_and_come_back_as_the_user_has_them():
+    model, x = _mlp(0), torch.randn(20, 48)  # 20 rows: the last block of 8 padded
+    compiled = sft.compile(model, (x,), plan=PACKED)
+    assert UKERNELS_OFF in compiled.plan.iree_flags
+    _check(compiled, model, x)
+    state = compiled.state_dict()
+    for name, value in model.state_dict().items():
+        assert state[name].shape == value.shape and torch.equal(state[name], value), name
+    other = _mlp(1)  # new weights through load_state_dict: packed the same way
+    compiled.load_state_dict(other.state_dict())
+    _check(compiled, other, x)
+    assert torch.equal(compiled.state_dict()["2.weight"], other.state_dict()["2.weight"])
+
+
+def test_packed_weights_split_across_cores_give_eager_values():
+    model, x = _mlp(0), torch.randn(16, 48)
+    # the first layer's outputs (its weight's rows, whole panels of 32) and the second's inputs
+    plan = Plan(weight_split=(2, 0, 0, 1, 0, 2, 1), held=(0, 2), packed=((0, 8, 16), (2, 8, 32)),
+                driver="local-sync")
+    compiled = sft.compile(model, (x,), plan=plan)
+    _check(compiled, model, x)
+    _check(compiled, model, torch.randn(16, 48))
+    other = _mlp(2)
+    compiled.load_state_dict(other.state_dict())
+    _check(compiled, other, x)
+    for name, value in other.state_dict().items():
+        np.testing.assert_array_equal(compiled.state_dict()[name].numpy(), value.numpy())
+
+
+def test_a_plan_packs_only_held_weights_in_whole_panels():
+    model, x = _mlp(0), torch.randn(8, 48)
+    with pytest.raises(SftError, match=r"argument 2 packed in 8x32 blocks: it is not a matrix \(held"):
+        sft.compile(model, (x,), plan=Plan(held=(0,), packed=((2, 8, 32),)))
+    with pytest.raises(SftError, match="argument 4 packed in 8x64 blocks"):  # 32 columns
+        sft.compile(model, (x,), plan=Plan(held=(4,), packed=((4, 8, 64),)))
+    with pytest.raises(SftError, match="argument 1 transposed"):  # a bias: never held
+        sft.compile(model, (x,), plan=Plan(held=(1,), packed=((1, 8, 32),)))
+
+
+def test_a_packed_plan_reads_back_from_json_and_packing_inverts():
+    assert Plan.from_json(PACKED.to_json()) == PACKED
+    with pytest.raises(SftError, match="packed must be a list of"):
+        Plan.from_json('{"packed": [[0, 8]]}')
+    weight = np.arange(64 * 48, dtype=np.float32).reshape(64, 48)  # as torch holds it: [N, K]
+    packed = held_array(weight, 32)
+    assert packed.shape == (2, 48, 32, 1)
+    assert packed[1, 5, 3, 0] == weight[32 + 3, 5]  # panel 1, k 5, column 3 of the panel
+    np.testing.assert_array_equal(user_array(packed, 32), weight)
+
+
+def test_verify_times_plans_that_hold_weights_again_packed():
+    desc = get_target("host").desc
+    m0, n0 = block_of(desc)
+    assert m0 == 8 and n0 % desc.simd_f32 == 0
+    twin = packed_twin(Plan(held=(0, 2), driver="local-sync"), desc)
+    assert twin == Plan(held=(0, 2), packed=((0, m0, n0), (2, m0, n0)), driver="local-sync")
+    for plan in (Plan(), Plan(held=(0,), flags=("--iree-opt-data-tiling",)), twin):
+        assert packed_twin(plan, desc) is None  # holds nothing, packs itself, is packed
