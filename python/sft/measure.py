@@ -188,7 +188,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
                   **{name: plan for name, (plan, _) in (extra or {}).items()}}
     # the plans that hold weights, again with them packed (the model does not price packing
     # yet: `passes.hold_packed`): the splits' first, then the best predicted, `PACKED_TWINS`
-    twins = [(name, packed_twin(plan, target.desc)) for name, plan in
+    twins = [(name, packed_twin(plan, target)) for name, plan in
              [*[(n, candidates[n]) for n in (extra or {})], *candidates.items()]]
     for name, twin in [(n, t) for n, t in dict(twins).items() if t is not None][:PACKED_TWINS]:
         if twin not in candidates.values():

@@ -88,10 +88,12 @@ def test_a_packed_plan_reads_back_from_json_and_packing_inverts():
 
 
 def test_verify_times_plans_that_hold_weights_again_packed():
-    desc = get_target("host").desc
-    m0, n0 = block_of(desc)
-    assert m0 == 8 and n0 % desc.simd_f32 == 0
-    twin = packed_twin(Plan(held=(0, 2), driver="local-sync"), desc)
+    host = get_target("host")
+    m0, n0 = block_of(host.desc)
+    assert m0 == 8 and n0 % host.desc.simd_f32 == 0
+    held = Plan(held=(0, 2), driver="local-sync")
+    twin = packed_twin(held, host)
     assert twin == Plan(held=(0, 2), packed=((0, m0, n0), (2, m0, n0)), driver="local-sync")
     for plan in (Plan(), Plan(held=(0,), flags=("--iree-opt-data-tiling",)), twin):
-        assert packed_twin(plan, desc) is None  # holds nothing, packs itself, is packed
+        assert packed_twin(plan, host) is None  # holds nothing, packs itself, is packed
+    assert packed_twin(held, get_target("cuda:sm_80")) is None  # only CPU codegen measured

@@ -37,6 +37,7 @@ def test_a_plan_is_its_decision_kinds():
     from sft.passes.low_precision import LowPrecisionPass
     from sft.passes.orient import OrientPass
     from sft.passes.reassociate import ReassociatePass
+    from sft.passes.hold_packed import HoldPackedPass
     from sft.passes.hold_transposed import HoldTransposedPass
     from sft.passes.split_batch import SplitBatchPass
     from sft.passes.split_reduction import SplitReductionPass
@@ -47,16 +48,16 @@ def test_a_plan_is_its_decision_kinds():
     with pytest.raises(TypeError):
         Plan((1,))  # keywords only
     every = Plan(batch_split=(2, 3), weight_split=(2, 0, 1), im2col=(6,), split=(7,), held=(1,), orient=(5,), expand=(4,), orders=((3, (0, (1, 2))),), low_precision=((2, "bf16"),),
-                 tiles=((2, MLP_TILES),), groups=((0, 1),), flags=("--x",), driver="local-sync",
+                 tiles=((2, MLP_TILES),), packed=((1, 8, 32),), groups=((0, 1),), flags=("--x",), driver="local-sync",
                  as_imported=True)
     assert not any(getattr(every, k.field) == k.default for k in KINDS)
     assert Plan.from_json(every.to_json()) == every == pickle.loads(pickle.dumps(every))
     assert [type(p) for p in every.passes(SFT)] == [SplitBatchPass, SplitBatchPass, Im2colPass, SplitReductionPass,
                                                     HoldTransposedPass, OrientPass, ExpandBatchPass,
                                                     ReassociatePass, LowPrecisionPass]
-    assert [type(p) for p in every.passes(IREE)] == [ApplyTilesPass, FusionGroupsPass]
+    assert [type(p) for p in every.passes(IREE)] == [ApplyTilesPass, HoldPackedPass, FusionGroupsPass]
     assert every.describe() == ["batch in 2 parts side by side", "weights in 2 parts side by side", "im2col ops [6]", "split sums [7]", "parameters [1] held transposed", "oriented ops [5]", "batch expanded on ops [4]", "chains reordered: op 3 as (0, (1, 2))",
-                                "bf16 inputs, f32 accumulation on ops [2]"]
+                                "bf16 inputs, f32 accumulation on ops [2]", "parameters [1] held packed (8x32 blocks)"]
     with pytest.raises(sft.SftError, match="unknown key 'tile' .known: as_imported, batch_split, driver, expand, flags, groups, held"):
         Plan.from_json('{"tile": []}')
     with pytest.raises(sft.SftError, match=r"low_precision\[0\]: \"f8\" is not a low-precision"):

@@ -141,12 +141,14 @@ def block_of(desc) -> tuple[int, int]:
     return 8, desc.simd_f32 * max(desc.vector_registers // 16, 1)
 
 
-def packed_twin(plan, desc):
-    """`plan` with every argument it holds also packed at `desc`'s block (`block_of`); None
-    where it holds none, or packs operands itself (data tiling) or compiles the import."""
-    if not plan.held or plan.packed or plan.as_imported or "--iree-opt-data-tiling" in plan.flags:
+def packed_twin(plan, target):
+    """`plan` with every argument it holds also packed at the target's block (`block_of`);
+    None where it holds none, packs operands itself (data tiling) or compiles the import, or
+    the target does not pack weights (`Target.pack_weights`)."""
+    if (not target.pack_weights or not plan.held or plan.packed or plan.as_imported
+            or "--iree-opt-data-tiling" in plan.flags):
         return None
-    m0, n0 = block_of(desc)
+    m0, n0 = block_of(target.desc)
     return replace(plan, packed=tuple((a, m0, n0) for a in plan.held))
 
 

@@ -87,6 +87,10 @@ class Target:
     # An inference program whose rows are independent may run as parts of its batch side by
     # side, one thread a part (`passes.split_batch`, `search.batch_split`): a CPU's cores.
     split_batches: bool = False
+    # Weights held packed in panels and multiplied by IREE's 4-D matmul at a register block of
+    # the vector ISA (`passes.hold_packed`): verify times the plans that hold weights packed too.
+    # A CPU's: its codegen of mmt4d is what was measured (the vendor library's rate).
+    pack_weights: bool = False
 
     @property
     def searched_codegen(self) -> Codegen | None:

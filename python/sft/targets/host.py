@@ -184,6 +184,7 @@ def host() -> Target:
         flags=("--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
                f"--iree-llvmcpu-target-cpu={cpu}", KEEP_F64, NO_CONST_EXPR_HOISTING),
         expand_f64_math=True, im2col_filter_gradients=True, split_outer_sums=True, split_batches=True,
+        pack_weights=True,
         driver="local-task", desc=desc, codegen=CpuCodegen(host_isa(), margin),
         options=tuple(cpu_option_space()), kernel_driver=SERIAL_DRIVER,
         machine=f"cpu {cpu_signature()}" if cpu == "host" else "", trust=trust)
