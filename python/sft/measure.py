@@ -188,11 +188,15 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
                   **{name: plan for name, (plan, _) in (extra or {}).items()}}
     # the plans that hold weights, again with them packed (the model does not price packing
     # yet: `passes.hold_packed`): the splits' first, then the best predicted, `PACKED_TWINS`
-    twins = [(name, packed_twin(plan, target)) for name, plan in
-             [*[(n, candidates[n]) for n in (extra or {})], *candidates.items()]]
-    for name, twin in [(n, t) for n, t in dict(twins).items() if t is not None][:PACKED_TWINS]:
-        if twin not in candidates.values():
-            candidates[f"{name}, packed"] = twin
+    twins = 0
+    for name in dict.fromkeys([*(extra or {}), *candidates]):
+        plan = candidates[name]
+        try:
+            twin = packed_twin(plan, target, lambda: lower_plan(dataclasses.replace(plan, flags=(), driver="")))
+        except SftError:  # a plan that does not lower: not timed either
+            twin = None
+        if twin is not None and twin not in candidates.values() and twins < PACKED_TWINS:
+            candidates[f"{name}, packed"], twins = twin, twins + 1
             layouts[f"{name}, packed"] = layouts.get(name)
     variants, plans, texts, jobs = {}, {}, {}, {}
     for name, plan in candidates.items():

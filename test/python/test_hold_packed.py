@@ -15,6 +15,7 @@ from sft.errors import SftError
 from sft.passes.hold_packed import UKERNELS_OFF, block_of, packed_twin
 from sft.passes.hold_transposed import held_array, user_array
 from sft.plan import Plan
+from sft.program import lower, prepare
 from sft.targets import get_target
 
 
@@ -66,6 +67,18 @@ def test_packed_weights_split_across_cores_give_eager_values():
         np.testing.assert_array_equal(compiled.state_dict()[name].numpy(), value.numpy())
 
 
+def test_attentions_packed_projections_give_eager_values():
+    from sft.models import MultiheadSelfAttention
+
+    torch.manual_seed(0)
+    model, x = MultiheadSelfAttention().eval(), torch.randn(2, 32, 128)
+    # the input projection: a batch matmul of its weight's broadcast; the output's: a matmul
+    compiled = sft.compile(model, (x,), plan=Plan(held=(0, 2), packed=((0, 8, 32), (2, 8, 32))))
+    _check(compiled, model, x)
+    for name, value in model.state_dict().items():
+        assert torch.equal(compiled.state_dict()[name], value), name
+
+
 def test_a_plan_packs_only_held_weights_in_whole_panels():
     model, x = _mlp(0), torch.randn(8, 48)
     with pytest.raises(SftError, match=r"argument 2 packed in 8x32 blocks: it is not a matrix \(held"):
@@ -87,13 +100,24 @@ def test_a_packed_plan_reads_back_from_json_and_packing_inverts():
     np.testing.assert_array_equal(user_array(packed, 32), weight)
 
 
-def test_verify_times_plans_that_hold_weights_again_packed():
+def test_verify_times_plans_that_hold_weights_again_packed(monkeypatch):
+    import sft.passes.hold_packed as hold_packed
+
+    monkeypatch.setattr(hold_packed, "TWIN_MIN_FLOPS", 0)  # (this model's products are small)
     host = get_target("host")
     m0, n0 = block_of(host.desc)
     assert m0 == 8 and n0 % host.desc.simd_f32 == 0
-    held = Plan(held=(0, 2), driver="local-sync")
-    twin = packed_twin(held, host)
-    assert twin == Plan(held=(0, 2), packed=((0, m0, n0), (2, m0, n0)), driver="local-sync")
+    model, x = _mlp(0), torch.randn(8, 48)
+    program = prepare(model, (x,))[0]
+
+    def lowered(plan):
+        return lambda: lower(program.module(), plan, host)[1]
+
+    held = Plan(held=(0, 2, 4), driver="local-sync")
+    twin = packed_twin(held, host, lowered(held))  # the last layer's 32 columns: not whole panels
+    assert {a for a, _, _ in twin.packed} == {a for a, n in ((0, 64), (2, 64), (4, 32)) if n % n0 == 0}
+    assert all((bm, bn) == (m0, n0) for _, bm, bn in twin.packed)
+    _check(sft.compile(model, (x,), plan=twin), model, x)
     for plan in (Plan(), Plan(held=(0,), flags=("--iree-opt-data-tiling",)), twin):
-        assert packed_twin(plan, host) is None  # holds nothing, packs itself, is packed
-    assert packed_twin(held, get_target("cuda:sm_80")) is None  # only CPU codegen measured
+        assert packed_twin(plan, host, lowered(plan)) is None  # holds none, packs itself, is packed
+    assert packed_twin(held, get_target("cuda:sm_80"), lowered(held)) is None  # CPU codegen only
