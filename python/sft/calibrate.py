@@ -19,9 +19,11 @@ from .backend.timing import loaded_call, time_in_processes
 from .cost.model import predict
 from .decisions.cpu_tiles import row_of_iree
 from .errors import SftError
+from .ir import iree_ir, parse, print_module
 from .kernel_fit import (FIT_CANDIDATES, FIT_KERNELS, FIT_ROUNDS, LINEAR, fit_kernel_model,
                          measure_fit_samples)
 from .measure import kernel_inputs, kernel_program
+from .passes.hold_packed import UKERNELS_OFF, HoldPackedPass, block_of
 from .space.kernels import Kernel
 from .space.options import DATA_TILING, SERIAL_DRIVER, UKERNELS
 from .targets import get_target
@@ -130,6 +132,47 @@ def _split_cost(t: dict) -> float:
     return t["split17/task"] - t["split1/task"]
 
 
+# (M, K, N) of the matmuls a packed weight's speed-up is read on: an MLP's two layers
+PACKED_SHAPES = ((128, 256, 1024), (128, 1024, 256))
+
+
+def held_matmul_program(m: int, k: int, n: int) -> str:
+    """A [M, K] by B [K, N]: a matmul whose weight is held [K, N] (`passes.hold_transposed`)."""
+    return f"""func.func @main(%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{
+  %zero = arith.constant 0.0 : f32
+  %empty = tensor.empty() : tensor<{m}x{n}xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%empty : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) outs(%init : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
+  return %r : tensor<{m}x{n}xf32>
+}}"""
+
+
+def packed_speedup(target, rounds: int, progress=None) -> float:
+    """How much faster the matmuls of `PACKED_SHAPES` run with their weight packed (packs
+    included: `passes.hold_packed`) than held [K, N], each at IREE's code on one thread
+    (geometric mean; the two take different inputs, so they take turns a round at a time)."""
+    m0, n0 = block_of(target.desc)
+    ratios = []
+    for m, k, n in PACKED_SHAPES:
+        text = held_matmul_program(m, k, n)
+        module = parse(iree_ir.Context(), text)
+        HoldPackedPass(((1, m0, n0),))(module)
+        held = {"held": Variant(compile_module(text, target), SERIAL_DRIVER)}
+        packed = {"packed": Variant(compile_module(print_module(module), target, (UKERNELS_OFF,)),
+                                    SERIAL_DRIVER)}
+        times = {"held": [], "packed": []}
+        for _ in range(rounds):
+            times["held"].append(benchmark(held, [f"{m}x{k}xf32", f"{k}x{n}xf32"], rounds=1)["held"])
+            times["packed"].append(benchmark(packed, [f"{m}x{k}xf32", f"{n // n0}x{k}x{n0}x1xf32"],
+                                             rounds=1)["packed"])
+            if progress:
+                progress(2)
+        if None in times["held"] + times["packed"]:
+            return 1.0  # not measured: nothing is packed
+        ratios.append(float(np.median(times["held"]) / np.median(times["packed"])))
+    return float(np.exp(np.mean(np.log(ratios))))
+
+
 def measure_host(rounds: int = 7, progress=None) -> dict:
     """The measured program-level fields of the host's TargetDesc."""
     host, target = detected_description(), get_target("host")
@@ -201,6 +244,7 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         "data_tiling_speedup": m["default/sync"] / m["dt/sync"],
         "data_tiling_ukernel_speedup": m["default/sync"] / m["dt+uk/sync"],
         "fma_peak_f32": fma_peak(rounds, progress),
+        "packed_speedup": packed_speedup(target, rounds, progress),
     }
 
 
@@ -237,8 +281,9 @@ def executor_reading(cores: int, rounds: int, progress=None) -> tuple[float, dic
 def calibration_runs(rounds: int = 7, fit_rounds: int = FIT_ROUNDS) -> int:
     """Progress steps of `calibrate`: benchmark processes, and the fit's compiles."""
     # chains 4, split chains 4 a reading (and the chains' inline 2 in the benchmark tool),
-    # copies 2, the matmul's option sets 3, the FMA programs, each executor reading 4
-    return (11 + len(FMA_CHAINS) + 8 * EXECUTOR_READINGS) * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
+    # copies 2, the matmul's option sets 3, the FMA programs, each executor reading 4, the
+    # packed matmuls 2 a shape
+    return (11 + len(FMA_CHAINS) + 8 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES)) * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
 
 
 def calibrate(rounds: int = 7, progress=None, fit_rounds: int = FIT_ROUNDS) -> dict:

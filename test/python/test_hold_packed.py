@@ -121,3 +121,32 @@ def test_verify_times_plans_that_hold_weights_again_packed(monkeypatch):
     for plan in (Plan(), Plan(held=(0,), flags=("--iree-opt-data-tiling",)), twin):
         assert packed_twin(plan, host, lowered(plan)) is None  # holds none, packs itself, is packed
     assert packed_twin(held, get_target("cuda:sm_80"), lowered(held)) is None  # CPU codegen only
+
+
+def test_the_model_packs_weights_only_where_the_host_measured_a_gain():
+    import dataclasses
+
+    from sft.cost.trust import KINDS, Trust
+    from sft.models import MLP
+    from sft.passes.hold_transposed import fixed_state
+    from sft.search.strategy import search_plan
+
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(32, 256)  # 256-1024-256
+    program = prepare(model, (x,))[0]
+    host = get_target("host")
+    believing = Trust(tuple((k, 1.0) for k in KINDS), "test")
+
+    def searched(speedup):
+        desc = dataclasses.replace(host.desc, packed_speedup=speedup)
+        target = dataclasses.replace(host, desc=desc, trust=believing)
+        return search_plan(program.sft_text, target, fixed=fixed_state(program.signature))
+
+    plan, report = searched(1.0)  # never calibrated: nothing packed
+    assert plan.packed == () and set(report.packed_reads) == {0, 2}
+    plan, report = searched(1.5)  # a host that measured a large gain: both layers packed
+    assert [a for a, _, _ in plan.packed] == [0, 2] and "held packed" in report.chosen
+    # the two layers' matmuls are the ones priced packed
+    assert sorted(op for ops in report.packed_reads.values() for op in ops) == sorted(
+        c.kernel.op_id for c in report.ranked[0].kernels)
+    _check(sft.compile(model, (x,), plan=plan), model, x)

@@ -20,7 +20,7 @@ def test_a_plan_departs_from_iree_in_the_kinds_it_sets():
     assert decision_kinds(sft.Plan()) == ()
     plan = sft.Plan(driver=SERIAL_DRIVER, flags=(AGGRESSIVE_FUSION, UKERNELS),
                     tiles=((0, TileConfig((8, 8, 0), (8, 8, 0), (0, 0, 8))),), orders=((1, "(0,(1,2))"),))
-    assert decision_kinds(plan) == KINDS[:-2]
+    assert decision_kinds(plan) == KINDS[:-3]
     assert decision_kinds(sft.Plan(flags=(UKERNELS,))) == ("ukernels",)
     assert decision_kinds(sft.Plan(held=(0,))) == ("rewrites",)  # a parameter held transposed
     # a batch split's parts run on one thread each: that driver is the split's own decision
@@ -28,7 +28,9 @@ def test_a_plan_departs_from_iree_in_the_kinds_it_sets():
     # the weights' split apart from the batch's: their errors differ (each part reads half the
     # weights, not all of them)
     assert decision_kinds(sft.Plan(weight_split=(2, 0, 0), driver=SERIAL_DRIVER)) == ("weights",)
-    assert KINDS[-2:] == ("split", "weights")
+    assert KINDS[-3:] == ("split", "weights", "packed")
+    # weights held packed: a kind of its own (one measured speed-up prices every shape)
+    assert decision_kinds(sft.Plan(held=(0,), packed=((0, 8, 32),))) == ("rewrites", "packed")
 
 
 def test_the_required_gain_is_the_largest_of_the_plan_kinds():

@@ -102,6 +102,10 @@ class TargetDesc:
     # `sft-calibrate` on the host; 1.0 where unknown).
     data_tiling_speedup: float = 1.0
     data_tiling_ukernel_speedup: float = 1.0
+    # CPU: how much faster a matmul runs with its weight held packed (`passes.hold_packed`, the
+    # packs of its input and result included) than held [K, N] at IREE's code; `sft-calibrate`
+    # measures it (1.0: not measured, and nothing is packed by the model)
+    packed_speedup: float = 1.0
     # CPU: the kernel model's constants (ISA defaults unless fitted by `sft-calibrate`).
     cpu: CpuModelParams = field(default_factory=CpuModelParams)
     l1_ways: int = 8                      # CPU: L1's associativity (lines per set)

@@ -21,15 +21,17 @@ from dataclasses import dataclass
 
 from ..space.options import FORMATION_FLAGS, UKERNELS
 
-KINDS = ("driver", "formation", "ukernels", "tiles", "rewrites", "split", "weights")
+KINDS = ("driver", "formation", "ukernels", "tiles", "rewrites", "split", "weights", "packed")
 # Before measurement: a kind of decision whose errors were seen large (the driver, formation:
 # up to 1.9x on one program) must predict a large gain; tiles already pass a per-kernel margin
 # (targets/cpu.py UNCALIBRATED_MARGIN) and rewrites one of their own (strategy REWRITE_MARGIN).
 # A split (parts side by side on threads of their own) is held as high as the driver; its
 # batch's and its weights' apart: the batch's parts each read every weight (its error measured
 # 1.12-1.25x on the Xeon VM), the weights' parts half of them each, in their own core's cache.
+# Packed weights: one measured speed-up for every shape (`TargetDesc.packed_speedup`), where
+# shapes measured 1.1-1.45x on the Xeon VM.
 UNMEASURED = {"driver": 1.30, "formation": 1.20, "ukernels": 1.20, "tiles": 1.05, "rewrites": 1.03,
-              "split": 1.30, "weights": 1.30}
+              "split": 1.30, "weights": 1.30, "packed": 1.10}
 NOISE = 1.03  # a measured factor is never below the run-to-run noise of a program's time
 
 
@@ -44,6 +46,7 @@ def decision_kinds(plan) -> tuple[str, ...]:
         "rewrites": bool(plan.orient or plan.expand or plan.orders or plan.held),
         "split": bool(plan.batch_split),
         "weights": bool(plan.weight_split),
+        "packed": bool(plan.packed),
     }
     return tuple(k for k in KINDS if found[k])
 

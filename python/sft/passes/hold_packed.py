@@ -114,6 +114,23 @@ def _reshaped(value, shape, reassociation: str, ir):
                                operands=[value], attributes=attributes).result
 
 
+def packed_reads(lowered: str, candidates: tuple[int, ...], n0: int) -> dict[int, tuple[int, ...]]:
+    """Argument -> the op ids (`sft.op`, as sft-lower stamps them) of the matmuls reading it,
+    for those of `candidates` sft-hold-packed can take in panels of `n0` columns, read from
+    `lowered` (sft-lower's output, ids still on)."""
+    from .lower import OP_ID
+
+    module = parse(iree_ir.Context(), lowered)
+    with module.context:
+        func = _entry(module)
+        found = {}
+        for a in packable(module, candidates, n0):
+            readers = _matmul_readers(func, a)
+            if all(OP_ID in r.attributes for r in readers):
+                found[a] = tuple(iree_ir.IntegerAttr(r.attributes[OP_ID]).value for r in readers)
+        return found
+
+
 def _rewrite(matmul, panels, m0: int, n0: int, linalg, tensor, ir) -> None:
     """`matmul` (B: the argument `panels`, packed; a batch matmul's batch taken as rows) as
     pack, mmt4d and unpack."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..passes.hold_packed import block_of
 from ..plan import Plan
 from ..space.options import DATA_TILING, ModuleOptions
 
@@ -28,6 +29,25 @@ def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tu
                 expand=report.expand, orders=report.orders, groups=each_alone(packed_alone),
                 tiles=tuple(tiles) if keeps else (), flags=options.flags, driver=options.driver,
                 low_precision=tuple(low_precision) if keeps else ())
+
+
+def packed_option(report, option, plan: Plan, target):
+    """(the option with its predicted seconds, `plan` with the weights it holds packed) where
+    the model predicts packing them faster, else None. A matmul reading a packed weight is
+    priced at its IREE-default prediction over the host's measured speed-up of a packed
+    product (`TargetDesc.packed_speedup`: `sft-calibrate` times one whole, packs included, at
+    IREE's code against the weight held [K, N]); never calibrated (1.0), nothing is packed."""
+    speedup = target.desc.packed_speedup
+    if speedup <= 1.0 or not report.packed_reads or not option.options.keeps_tiles or plan.packed:
+        return None
+    ops = {op for ids in report.packed_reads.values() for op in ids}
+    saving = sum(c.predicted[0] - c.default_prediction() / speedup for c in option.kernels
+                 if c.kernel.op_id in ops and c.precision == "f32")
+    if saving <= 0:
+        return None
+    m0, n0 = block_of(target.desc)
+    return (replace(option, predicted=option.predicted - saving),
+            replace(plan, packed=tuple((a, m0, n0) for a in sorted(report.packed_reads))))
 
 
 def each_alone(ops) -> tuple[tuple[int, ...], ...]:

@@ -70,6 +70,9 @@ class SearchReport:
     # contractions that packed (data-tiled) plans run in dispatches of their own, where IREE
     # cannot build them packed with their consumers (`strategy._take_profiles`)
     packed_alone: tuple[int, ...] = ()
+    # held weights the rewrite's matmuls could read packed: argument -> those matmuls' op ids
+    # (`passes.hold_packed.packed_reads`; `candidates.packed_option` prices the plans that do)
+    packed_reads: dict = field(default_factory=dict)
     default_predicted: float = math.inf  # IREE's default plan (its options, configs): predicted
     # the chosen plan's predicted seconds (IREE default's where the trust gate keeps it): what
     # an alternative to that plan (a batch split) must beat by the alternative's own trust

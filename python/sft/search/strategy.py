@@ -26,6 +26,7 @@ from ..ir import print_module
 from ..passes.expand_batch import ExpandBatchPass, expandable
 from ..passes.im2col import Im2colPass, filter_gradients
 from ..passes.split_reduction import SplitReductionPass, outer_sums
+from ..passes.hold_packed import block_of, packed_reads
 from ..passes.hold_transposed import HoldTransposedPass, fixed_state, holdable
 from ..passes.orient import OrientPass, orientable
 from ..passes.low_precision import LOW_PRECISION_TYPES, castable, renumber
@@ -41,7 +42,7 @@ from ..values import updated_results
 from ..passes.split_batch import split_layout, split_of
 from .batch_split import (SplitPick, batch_split_of, part_text, shared_seconds, split_picks,
                           trusted_split, weight_split_of)
-from .candidates import each_alone, plan_of
+from .candidates import each_alone, packed_option, plan_of
 from .chains import choose_orders, plan_orders
 from .exhaustive import SearchReport, search_program
 
@@ -134,7 +135,11 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
         kernels = contraction_kernels(variant)
         casts[rewrite] = castable(variant) if precision != "f32" else {}
         rewritten = print_module(variant)  # before lowering consumes it: `_take_profiles`
-        variants[rewrite] = (kernels, lower(variant, Plan(), target)[1], chains, seconds, rewritten)
+        lowered, planned = lower(variant, Plan(), target)
+        # the held weights the rewrite's matmuls could read packed, and those matmuls' op ids
+        packed = (packed_reads(lowered, rewrite[2], block_of(desc)[1])
+                  if rewrite[2] and target.pack_weights else {})
+        variants[rewrite] = (kernels, planned, chains, seconds, rewritten, packed)
     # IREE's profiles are most of a search's time. A rewrite is first searched under IREE's
     # default dispatch formation only, beside the program as written under every option; it
     # gets the other formations' profiles only when it already predicts a clear gain there.
@@ -157,12 +162,13 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
         _take_profiles([(WRITTEN, f) for f in im2col_sets], variants, target, profiles, alone)
 
     def searched(rewrite, opts):
-        kernels, _, chains, seconds, _ = variants[rewrite]
+        kernels, _, chains, seconds, _, packed = variants[rewrite]
         mine = {f: p for (e, f), p in profiles.items() if e == rewrite and p is not None}
         report = search_program(kernels, mine, target, [o for o in opts if o.formation_flags in mine],
                                 precision=precision, castable=casts[rewrite])
         report.add_chains(chains, seconds)
         report.packed_alone = alone.get(rewrite, ())
+        report.packed_reads = packed
         return report
 
     # Rewrites are compared like for like (`SearchReport.as_formed`).
@@ -184,6 +190,7 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
     # set's plan is scored at its predicted time scaled by its kinds' trust factors, IREE's
     # default at its own prediction, and the best of those scores is taken.
     plans = [(option, option_plan(report, option, casts[rewrite])) for option in report.ranked]
+    plans += [twin for option, plan in plans if (twin := packed_option(report, option, plan, target))]
     score = lambda pair: target.trust.pessimistic(pair[1], pair[0].predicted)  # noqa: E731
     best, plan = min(plans, key=score)
     report.pick_predicted = best.predicted

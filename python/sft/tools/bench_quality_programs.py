@@ -60,7 +60,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
     from ..program import lower
     from ..quality import NOISE, ordered_pairs
     from ..search.batch_split import trusted_split
-    from ..search.candidates import contractions_alone
+    from ..search.candidates import contractions_alone, packed_option
     from ..search.strategy import option_plan, search_plan, split_search
     from ..targets import get_target
 
@@ -72,6 +72,9 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
         plan = option_plan(report, option)
         if plan != Plan():  # IREE's default options with no tiles: the default itself
             variants[option.options.describe()] = (plan, option.predicted)
+        twin = packed_option(report, option, plan, target)  # its weights packed, where priced
+        if twin is not None:
+            variants[f"{option.options.describe()}, packed"] = (twin[1], twin[0].predicted)
     whole, chosen_words = chosen, report.chosen
     found = split_search(program, target)
     splits = {pick.name: (pick.plan, pick.predicted) for pick in found}
