@@ -125,8 +125,9 @@ class CompiledModel:
     def save(self, path) -> None:
         """Write the compiled module (.vmfb) to `path`; run it with IREE's tools or runtime on
         the target's driver (the model's state, if any, comes first among its arguments, in
-        the order of `signature.state`, those at `plan.held` transposed (and packed: `plan.packed`), as the compiled model
-        uploads them: `passes.hold_transposed.held_array`; on a target that writes state in
+        the order of `signature.state`, those at `plan.held` transposed and those at
+        `plan.packed` packed too, as the compiled model uploads them:
+        `passes.hold_transposed.held_array`; on a target that writes state in
         place, one storage argument per updated value follows the inputs,
         `passes.output_storage`)."""
         try:

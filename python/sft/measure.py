@@ -186,8 +186,8 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     layouts = {name: layout for name, (_, layout) in (extra or {}).items()}
     candidates = {**program_candidates(report, tiles, top_options),
                   **{name: plan for name, (plan, _) in (extra or {}).items()}}
-    # the plans that hold weights, again with them packed (the model does not price packing
-    # yet: `passes.hold_packed`): the splits' first, then the best predicted, `PACKED_TWINS`
+    # the plans that hold weights, again with them packed (`passes.hold_packed`), whatever the
+    # model predicts of them: the splits' first, then the best predicted, `PACKED_TWINS` of them
     twins = 0
     for name in dict.fromkeys([*(extra or {}), *candidates]):
         plan = candidates[name]
