@@ -137,6 +137,19 @@ def op_ids_option(pass_name: str, text: str, name: str = "ops") -> tuple[int, ..
         raise IllegalPlan(f"{pass_name} takes {name}=I,I,..., not '{text}'") from None
 
 
+def items_option(pass_name: str, text: str, name: str, usage: str, item) -> tuple:
+    """The items of a pass option `name=A:B,C:D` (sft-opt -p 'PASS{ops=2:bf16}'), each read by
+    `item` from its colon-separated fields; IllegalPlan naming the pass and `usage` ("ID:TYPE")
+    for anything else (a ValueError from `item` included)."""
+    key, _, value = text.partition("=")
+    try:
+        if key.strip() != name:
+            raise ValueError
+        return tuple(item(*entry.strip().split(":")) for entry in value.split(",") if entry.strip())
+    except (ValueError, TypeError):
+        raise IllegalPlan(f"{pass_name} takes {name}={usage},..., not '{text}'") from None
+
+
 def rewrite_ops(module, ops: tuple[int, ...], analyse, rewrite, refusal: str) -> None:
     """The body of a pass that rewrites the compute ops `ops` (by id): each analysed first
     (`analyse(op)`; None: IllegalPlan `refusal`, formatted with the op's id), ids read before

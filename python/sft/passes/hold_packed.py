@@ -32,6 +32,7 @@ import numpy as np
 from ..decisions.kind import IREE, DecisionKind
 from ..errors import IllegalPlan
 from ..ir import dialects_of, iree_ir, parse
+from .common import items_option
 
 UKERNELS_OFF = "--iree-llvmcpu-enable-ukernels=none"
 
@@ -244,14 +245,8 @@ class HoldPackedPass:
     @classmethod
     def from_options(cls, text: str) -> "HoldPackedPass":
         """`args=A:M0:N0,...` (sft-opt -p 'sft-hold-packed{args=0:8:32}')."""
-        key, _, value = text.partition("=")
-        try:
-            if key.strip() != "args":
-                raise ValueError
-            return cls(tuple(tuple(int(x) for x in item.split(":", 2)) for item in value.split(",")
-                             if item.strip()))
-        except ValueError:
-            raise IllegalPlan(f"{cls.name} takes args=A:M0:N0,..., not '{text}'") from None
+        return cls(items_option(cls.name, text, "args", "A:M0:N0",
+                                lambda a, m0, n0: (int(a), int(m0), int(n0))))
 
     def __call__(self, module) -> None:
         hold_packed(module, self.packed)

@@ -23,7 +23,7 @@ from .. import dialect
 from ..decisions.kind import SFT, DecisionKind, pairs
 from ..errors import IllegalPlan
 from ..ir import tm
-from .common import compute_ops, element_type, maps_attr, static_shape
+from .common import compute_ops, element_type, items_option, maps_attr, static_shape
 
 LOW_PRECISION_TYPES = ("bf16", "f16")  # what an f32 contraction's inputs may be rounded to
 
@@ -102,17 +102,8 @@ class LowPrecisionPass:
     @classmethod
     def from_options(cls, text: str) -> "LowPrecisionPass":
         """`ops=ID:TYPE,ID:TYPE` (sft-opt -p 'sft-low-precision{ops=2:bf16,5:bf16}')."""
-        key, _, value = text.partition("=")
-        try:
-            if key.strip() != "ops":
-                raise ValueError
-            ops = []
-            for item in filter(str.strip, value.split(",")):
-                op_id, _, dtype = item.partition(":")
-                ops.append((int(op_id), dtype.strip()))
-            return cls(tuple(ops))
-        except ValueError:
-            raise IllegalPlan(f"sft-low-precision takes ops=ID:TYPE,..., not '{text}'") from None
+        return cls(items_option(cls.name, text, "ops", "ID:TYPE",
+                                lambda op_id, dtype: (int(op_id), dtype.strip())))
 
     def __call__(self, module) -> None:
         if not self.ops:
