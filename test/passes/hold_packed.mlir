@@ -12,7 +12,7 @@
 // CHECK: %[[R:.*]] = linalg.unpack %[[P]] inner_dims_pos = [0, 1] inner_tiles = [8, 32] into %{{.*}} : tensor<3x2x8x32xf32> -> tensor<20x64xf32>
 // CHECK-NOT: linalg.matmul
 // CHECK: return %[[R]]
-// ILLEGAL: error: plan holds argument 1 packed in 8x32 blocks: it is not a matrix (held: plan.held) read only as B of matmuls
+// ILLEGAL: error: plan holds argument 1 packed in 8x32 blocks: it is not a matrix (held: plan.held) read only as B of f32 matmuls
 // PANELS: error: plan holds argument 0 packed in 8x48 blocks
 func.func @linear(%w: tensor<256x64xf32>, %x: tensor<20x256xf32>) -> tensor<20x64xf32> {
   %zero = arith.constant 0.0 : f32

@@ -66,7 +66,8 @@ def _reads_b(use, name: str) -> bool:
 def _matmul_readers(func, position: int) -> list | None:
     """The matmuls that read argument `position` of `func` (a matrix) as B, when those are its
     only readers: plain `linalg.matmul`s, and `linalg.batch_matmul`s of its broadcast over
-    their batch (as torch's attention projects a [seq, batch, dim] input); else None."""
+    their batch (as torch's attention projects a [seq, batch, dim] input), all f32 on static
+    shapes; else None."""
     args = func.regions[0].blocks[0].arguments
     if not 0 <= position < len(args) or _matrix(args[position]) is None:
         return None
@@ -81,6 +82,8 @@ def _matmul_readers(func, position: int) -> list | None:
             readers += [u.owner for u in op.results[0].uses]
         else:
             return None
+    if not all(_shape(v) for r in readers for v in r.operands):
+        return None
     return readers or None
 
 
@@ -89,7 +92,7 @@ def _entry(module):
 
 
 def _flops(matmul) -> int:
-    a, _, acc = (_shape(v) or (0,) for v in matmul.operands)
+    a, _, acc = (_shape(v) for v in matmul.operands)
     return 2 * math.prod(acc) * a[-1]
 
 
@@ -170,13 +173,9 @@ def hold_packed(module, packed: tuple[tuple[int, int, int], ...]) -> None:
             readers = _matmul_readers(func, position)
             if readers is None or m0 < 1 or n0 < 1 or _matrix(block.arguments[position])[1] % n0:
                 raise IllegalPlan(f"plan holds argument {position} packed in {m0}x{n0} blocks: it "
-                                  "is not a matrix (held: plan.held) read only as B of matmuls "
-                                  "(or of batch matmuls, broadcast), in whole panels of that "
-                                  "many columns")
-            for matmul in readers:
-                if not all(_shape(v) for v in matmul.operands):
-                    raise IllegalPlan(f"plan holds argument {position} packed: a matmul reading "
-                                      "it is not f32 on static shapes")
+                                  "is not a matrix (held: plan.held) read only as B of f32 "
+                                  "matmuls (or of batch matmuls, broadcast), in whole panels of "
+                                  "that many columns")
             panels = block.arguments[position]
             broadcasts = [u.owner for u in panels.uses if u.owner.name == "linalg.broadcast"]
             k, n = _matrix(panels)
