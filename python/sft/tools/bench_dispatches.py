@@ -21,9 +21,10 @@ from tqdm import tqdm
 BETWEEN = "(between dispatches)"  # the row of a call's time outside every dispatch
 
 
-def programs(program) -> dict[str, tuple[str, tuple[str, ...], tuple[int, ...]]]:
-    """{"iree": (the front end's linalg, (), ()), "sft": (sft's planned program, its flags, the
-    arguments it holds transposed)} for a prepared program, both as IREE compiles them (a plan
+def programs(program) -> dict[str, tuple[str, tuple[str, ...], dict[int, int]]]:
+    """{"iree": (the front end's linalg, (), {}), "sft": (sft's planned program, its flags, the
+    arguments it holds: `passes.hold_transposed.holding`)} for a prepared program, both as
+    IREE compiles them (a plan
     that splits the batch in parts is compiled whole, its other decisions kept but a batch
     expansion that applies to a part's batch only)."""
     from ..api import compile_prepared
