@@ -144,7 +144,9 @@ def test_the_model_packs_weights_only_where_the_host_measured_a_gain():
 
     plan, report = searched(1.0)  # never calibrated: nothing packed
     assert plan.packed == () and set(report.packed_reads) == {0, 2}
-    plan, report = searched(1.5)  # a host that measured a large gain: both layers packed
+    # a host that measured a large gain (3x: larger than any tile config the model predicts
+    # over IREE's, on any ISA): both layers packed
+    plan, report = searched(3.0)
     assert [a for a, _, _ in plan.packed] == [0, 2] and "held packed" in report.chosen
     # the two layers' matmuls are the ones priced packed
     assert sorted(op for ops in report.packed_reads.values() for op in ops) == sorted(

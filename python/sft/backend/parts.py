@@ -136,10 +136,11 @@ class PartsLoaded:
     their partial sums for the other results (left on the device: a training step's new
     state)."""
 
-    def __init__(self, artifact: Artifact, entry: str, parts: int, layout, held=()):
+    def __init__(self, artifact: Artifact, entry: str, parts: int, layout,
+                 held: dict[int, int] | None = None):
         self.parts, self.layout, self.cuts = parts, layout, dict(layout.cuts)
         # arguments passed held (`passes.hold_transposed.holding`: position -> panel width)
-        self._held = dict.fromkeys(held, 0) if not isinstance(held, dict) else dict(held)
+        self._held = dict(held or {})
         if set(self._held) & set(layout.join_args):
             raise SftError("a split whose joins read its arguments holds transposed none of those")
         # the whole's results the parts return joined, in order (theirs first, then their sums)

@@ -32,6 +32,7 @@ import numpy as np
 from ..decisions.kind import IREE, DecisionKind
 from ..errors import IllegalPlan
 from ..ir import dialects_of, iree_ir, parse
+from ..space.options import DATA_TILING
 from .common import items_option
 
 UKERNELS_OFF = "--iree-llvmcpu-enable-ukernels=none"
@@ -220,7 +221,7 @@ def packed_twin(plan, target, lowered):
     it packs none, packs operands itself (data tiling), compiles the import, or the target
     does not pack weights (`Target.pack_weights`)."""
     if (not target.pack_weights or not plan.held or plan.packed or plan.as_imported
-            or "--iree-opt-data-tiling" in plan.flags):
+            or DATA_TILING in plan.flags):
         return None
     m0, n0 = block_of(target.desc)
     found = packable(parse(iree_ir.Context(), lowered()), plan.held, n0, TWIN_MIN_FLOPS)
