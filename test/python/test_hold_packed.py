@@ -152,3 +152,33 @@ def test_the_model_packs_weights_only_where_the_host_measured_a_gain():
     assert sorted(op for ops in report.packed_reads.values() for op in ops) == sorted(
         c.kernel.op_id for c in report.ranked[0].kernels)
     _check(sft.compile(model, (x,), plan=plan), model, x)
+
+
+def test_the_model_prices_a_splits_parts_packed_too():
+    # Each part of a split holds its weights too: the model prices the part's plan with them
+    # packed beside the plain one (verify times both), and the packed split runs as eager.
+    import dataclasses
+
+    from sft.cost.trust import KINDS, Trust
+    from sft.models import MLP
+    from sft.search.strategy import split_search
+
+    torch.manual_seed(0)
+    model, x = MLP().eval(), torch.randn(32, 256)
+    program = prepare(model, (x,))[0]
+    host = get_target("host")
+    desc = dataclasses.replace(host.desc, packed_speedup=3.0, cores=2)  # splits offered on any host
+    target = dataclasses.replace(host, desc=desc, trust=Trust(tuple((k, 1.0) for k in KINDS), "test"))
+    found = split_search(program, target)
+    packed = [pick for pick in found if pick.plan.packed]
+    assert packed and all(pick.name.endswith(", packed") for pick in packed)
+    faster = []
+    for pick in packed:  # the same split, plain: never predicted faster
+        plain = next(p for p in found if p.name == pick.name.removesuffix(", packed"))
+        assert (plain.plan.batch_split, plain.plan.weight_split) == (pick.plan.batch_split,
+                                                                      pick.plan.weight_split)
+        assert pick.predicted <= plain.predicted and not plain.plan.packed
+        faster.append(pick.predicted < plain.predicted)
+    # (a batch split's price can be the weights each part reads whole, which packing leaves)
+    assert any(faster)
+    _check(sft.compile(model, (x,), plan=packed[0].plan), model, x)

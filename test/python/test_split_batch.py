@@ -168,7 +168,7 @@ def test_a_split_is_priced_with_the_weights_each_part_reads_whole():
     assert shared_seconds(program, split_of(plan), target) == pytest.approx(2 * weights / target.desc.dram_bandwidth)
     report = SearchReport(ranked=[OptionChoice(ModuleOptions(serial=True), 1e-4, ())])
     price = lambda shared: split_picks(  # noqa: E731
-        report, plan.batch_split, lambda r, o: Plan(driver="local-sync"), shared)[0].predicted
+        report, plan.batch_split, lambda r, o: Plan(driver="local-sync"), target, shared)[0].predicted
     assert price(5e-5) == pytest.approx(price(0.0))  # the part's own time hides the reads
     assert price(0.0) > 1e-4  # the part's time and the hand-over
     assert price(3e-4) == pytest.approx(price(0.0) + 2e-4)  # the reads are longer: they count

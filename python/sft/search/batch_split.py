@@ -26,6 +26,7 @@ from ..plan import Plan
 from ..program import Program
 from ..targets import Target
 from ..values import argument_specs, updated_results
+from .candidates import packed_option
 
 
 def batch_split_of(program: Program, target: Target) -> tuple[int, ...]:
@@ -141,16 +142,17 @@ class SplitPick:
     report: object
 
 
-def split_picks(report, split: tuple[int, ...], plan_of_option, shared: float = 0.0,
+def split_picks(report, split: tuple[int, ...], plan_of_option, target: Target, shared: float = 0.0,
                 layout: SplitLayout | None = None, field: str = "batch_split") -> list[SplitPick]:
     """The split's plans (`split` the value of the plan's `field`), from the search `report`
     of the program for one part: the best predicted option set on one thread of each dispatch
-    formation (`plan_of_option(report, option)` builds the plan), best first; the first is the
-    model's pick, verify times them all (mlp_b128's part: plain tiles predicted best, data
-    tiling measured 10% faster on one thread). Each is priced at its part's prediction or
-    `shared` (`shared_seconds`), whichever is longer, and the hand-over (`split_overhead`: to
-    helper processes where the split's `layout` runs in them, else threads), and where the
-    parts' sums are joined, a join's call (`JOIN_SECONDS`)."""
+    formation (`plan_of_option(report, option)` builds the plan), and each again with the
+    weights it holds packed where the model prices that faster on `target` (`packed_option`),
+    best first; the first is the model's pick, verify times them all (mlp_b128's part: plain
+    tiles predicted best, data tiling measured 10% faster on one thread). Each is priced at
+    its part's prediction or `shared` (`shared_seconds`), whichever is longer, and the
+    hand-over (`split_overhead`: to helper processes where the split's `layout` runs in them,
+    else threads), and where the parts' sums are joined, a join's call (`JOIN_SECONDS`)."""
     processes = layout is not None and in_processes(layout)
     joins = JOIN_SECONDS * len(layout.join_entries) if layout is not None else 0.0
     best = {}
@@ -158,12 +160,15 @@ def split_picks(report, split: tuple[int, ...], plan_of_option, shared: float = 
         best.setdefault(option.options.formation_flags, option)
     found = []
     for i, option in enumerate(best.values()):
-        plan = replace(plan_of_option(report, option), **{field: split})
-        words = "; ".join([plan.describe()[0], f"each part: {option.options.describe()}",
-                           *plan.describe()[1:]])
-        name = plan.describe()[0] + (f", each part {option.options.describe()}" if i else "")
-        found.append(SplitPick(name, plan, max(option.predicted, shared) + joins
-                               + split_overhead(split[0], processes), words, layout, report))
+        plain = plan_of_option(report, option)
+        for option, plan in filter(None, [(option, plain), packed_option(report, option, plain, target)]):
+            plan = replace(plan, **{field: split})
+            words = "; ".join([plan.describe()[0], f"each part: {option.options.describe()}",
+                               *plan.describe()[1:]])
+            name = (plan.describe()[0] + (f", each part {option.options.describe()}" if i else "")
+                    + (", packed" if plan.packed else ""))
+            found.append(SplitPick(name, plan, max(option.predicted, shared) + joins
+                                   + split_overhead(split[0], processes), words, layout, report))
     return found
 
 

@@ -289,8 +289,8 @@ def split_search(program: Program, target: Target, precision: str = "f32") -> li
         # join functions take the parameters they read as the user has them
         held = tuple(a for a in fixed_state(program.signature) if a not in layout.join_args)
         part_report = search_plan(part_text(program, split), target, precision, held)[1]
-        found += split_picks(part_report, value, option_plan, shared_seconds(program, split, target),
-                             layout, field)
+        found += split_picks(part_report, value, option_plan, target,
+                             shared_seconds(program, split, target), layout, field)
     return sorted(found, key=lambda pick: pick.predicted)
 
 
