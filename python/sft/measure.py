@@ -195,7 +195,8 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
             twin = packed_twin(plan, target, lambda: lower_plan(dataclasses.replace(plan, flags=(), driver="")))
         except SftError:  # a plan that does not lower: not timed either
             twin = None
-        if twin is not None and twin not in candidates.values() and twins < PACKED_TWINS:
+        if (twin is not None and twin not in candidates.values() and twins < PACKED_TWINS
+                and f"{name}, packed" not in candidates):  # (a split's packed pick has the name)
             candidates[f"{name}, packed"], twins = twin, twins + 1
             layouts[f"{name}, packed"] = layouts.get(name)
     variants, plans, texts, jobs = {}, {}, {}, {}

@@ -161,13 +161,13 @@ def split_picks(report, split: tuple[int, ...], plan_of_option, target: Target, 
     found = []
     for i, option in enumerate(best.values()):
         plain = plan_of_option(report, option)
-        for option, plan in filter(None, [(option, plain), packed_option(report, option, plain, target)]):
+        for priced, plan in filter(None, [(option, plain), packed_option(report, option, plain, target)]):
             plan = replace(plan, **{field: split})
             words = "; ".join([plan.describe()[0], f"each part: {option.options.describe()}",
                                *plan.describe()[1:]])
             name = (plan.describe()[0] + (f", each part {option.options.describe()}" if i else "")
                     + (", packed" if plan.packed else ""))
-            found.append(SplitPick(name, plan, max(option.predicted, shared) + joins
+            found.append(SplitPick(name, plan, max(priced.predicted, shared) + joins
                                    + split_overhead(split[0], processes), words, layout, report))
     return found
 
