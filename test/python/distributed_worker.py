@@ -81,7 +81,19 @@ def main(argv):
                 "losses": losses, "rank_times": times, "report": step.search.to_text(),
                 "resumed_same": same, "resumed_plans": (resumed.plan == step.plan)},
                os.path.join(out, f"rank{rank}.pt"))
+    _finish()
+
+
+def _finish():
+    """Leave the group together and end the rank without the interpreter's teardown: a rank
+    that tears gloo down while its peer is still connected can abort there ("terminate called
+    without an active exception": a pair thread still joinable, pytorch/pytorch#28126 and
+    #190489; once under CI's load, after this rank had saved its results)."""
+    dist.barrier()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def eager_steps(forward, model, opt, loss_fn, options, data) -> list[float]:
@@ -113,7 +125,7 @@ def ddp_with_dynamo(case, steps, out):
     losses = eager_steps(compiled, model, opt, loss_fn, options, shares)
     torch.save({"state": model.module.state_dict(), "losses": losses},
                os.path.join(out, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+    _finish()
 
 
 if __name__ == "__main__":
