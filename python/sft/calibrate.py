@@ -16,6 +16,7 @@ import numpy as np
 from .backend import compile_module, profile
 from .backend.bench import Variant, benchmark
 from .backend.timing import loaded_call, time_in_processes
+from .cost.hardware import TargetDesc
 from .cost.model import predict
 from .decisions.cpu_tiles import row_of_iree
 from .errors import SftError
@@ -65,6 +66,40 @@ def chain_program(regions: int, n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def relayout_program(rows: int, cols: int, transpose: bool) -> str:
+    """x + x of a rows x cols f32 tensor, written transposed or in order: a relayout dispatch
+    and the copy it is priced against."""
+    out = f"tensor<{cols}x{rows}xf32>" if transpose else f"tensor<{rows}x{cols}xf32>"
+    result = "(d1, d0)" if transpose else "(d0, d1)"
+    return "\n".join([
+        f"func.func @main(%x: tensor<{rows}x{cols}xf32>) -> {out} {{",
+        f"  %e = tensor.empty() : {out}",
+        "  %y = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, "
+        f"affine_map<(d0, d1) -> {result}>], iterator_types = [\"parallel\", \"parallel\"]}}"
+        f" ins(%x : tensor<{rows}x{cols}xf32>) outs(%e : {out}) {{",
+        "  ^bb0(%a: f32, %o: f32):",
+        "    %s = arith.addf %a, %a : f32",
+        "    linalg.yield %s : f32",
+        f"  }} -> {out}",
+        f"  return %y : {out}", "}"]) + "\n"
+
+
+RELAYOUT = (512, 512)  # 1 MiB each way: what a weight's pack moves
+
+
+def relayout_cost(target, rounds: int, progress=None) -> float:
+    """How many times a copy's time a transposing dispatch of `RELAYOUT` takes, inline on one
+    thread, the two taking turns (at least 1)."""
+    rows, cols = RELAYOUT
+    variants = {name: Variant(compile_module(relayout_program(rows, cols, name == "transposed"),
+                                             target), SERIAL_DRIVER)
+                for name in ("copy", "transposed")}
+    seconds = benchmark(variants, [f"{rows}x{cols}xf32"], rounds=rounds, progress=progress)
+    if None in seconds.values():
+        return TargetDesc.relayout_cost  # not measured: the default
+    return max(seconds["transposed"] / seconds["copy"], 1.0)
+
+
 def fma_program(chains: int, steps: int, n: int = FMA_ELEMENTS) -> str:
     """An elementwise op on n f32 whose body is `chains` independent chains of `steps` dependent
     FMAs, summed: the vectorised loop keeps chains x (vectors per tile) FMAs in flight, so that
@@ -108,18 +143,24 @@ def _zeros(shape: str) -> np.ndarray:
     return np.zeros([int(d) for d in dims], {"f32": np.float32, "f16": np.float16}[ty])
 
 
-def called(variants: dict, inputs: list[str], rounds: int, calls: int, progress=None) -> dict:
+def called(variants: dict, inputs: list[str], rounds: int, calls: int, progress=None,
+           keep: tuple[int, ...] = (), resident: tuple[int, ...] = (), processes: int = 1) -> dict:
     """Median seconds per call of each variant called as sft's runtime calls a compiled program
     (`backend.timing.loaded_call`: from Python, a parallel executor's call waiting on sft's
     invoker thread), each in a process of its own, the variants taking turns. What the executor
     costs depends on that caller: IREE's benchmark tool waits on its own thread, which took the
-    workers' cores (torch's MLP step at batch 128: 3.55 ms a call there, 2.6-2.9 from sft). A
-    variant that fails reads None."""
+    workers' cores (torch's MLP step at batch 128: 3.55 ms a call there, 2.6-2.9 from sft). The
+    arguments at positions `resident` are uploaded once and the results at `keep` stay on the
+    device, as a compiled model holds its weights: an upload costs the parallel executor more
+    than the inline driver (a 256^3 matmul's weight: 85 us a call against 25 on a 2-core Zen 4,
+    read as the executor's cost until it was held). Each variant runs in `processes` processes,
+    the median of theirs. A variant that fails reads None."""
     arrays = [_zeros(shape) for shape in inputs]
-    builders = {name: (loaded_call, (v.artifact, v.device, arrays)) for name, v in variants.items()}
-    seconds, _ = time_in_processes(builders, rounds, calls)
+    builders = {name: (loaded_call, (v.artifact, v.device, arrays, keep, resident))
+                for name, v in variants.items()}
+    seconds, _ = time_in_processes(builders, rounds, calls, processes=processes)
     if progress:
-        progress(rounds * len(variants))
+        progress(rounds * len(variants) * processes)
     return seconds
 
 
@@ -145,6 +186,68 @@ def held_matmul_program(m: int, k: int, n: int) -> str:
   %r = linalg.matmul ins(%a, %b : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) outs(%init : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
   return %r : tensor<{m}x{n}xf32>
 }}"""
+
+
+# (M, D, H) of the program the parallel executor's per-call cost is read on: two matmuls with
+# an elementwise op between them, an MLP's forward of the size the suite's programs have
+# (0.2-0.4 ms on one core) and none of its shapes.
+PROBE_MLP = (48, 192, 768)
+
+
+def probe_program(m: int, d: int, h: int) -> str:
+    """relu(x[M, D] @ w1[D, H]) @ w2[H, D]: three dispatches, two of them contractions."""
+    def matmul(name, a, b, rows, inner, cols):
+        ty = f"tensor<{rows}x{cols}xf32>"
+        return [f"  %{name}e = tensor.empty() : {ty}",
+                f"  %{name}i = linalg.fill ins(%zero : f32) outs(%{name}e : {ty}) -> {ty}",
+                f"  %{name} = linalg.matmul ins(%{a}, %{b} : tensor<{rows}x{inner}xf32>, "
+                f"tensor<{inner}x{cols}xf32>) outs(%{name}i : {ty}) -> {ty}"]
+    hidden = f"tensor<{m}x{h}xf32>"
+    return "\n".join([
+        f"func.func @main(%x: tensor<{m}x{d}xf32>, %w1: tensor<{d}x{h}xf32>, "
+        f"%w2: tensor<{h}x{d}xf32>) -> tensor<{m}x{d}xf32> {{",
+        "  %zero = arith.constant 0.0 : f32",
+        *matmul("h", "x", "w1", m, d, h),
+        f"  %re = tensor.empty() : {hidden}",
+        "  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, "
+        "affine_map<(d0, d1) -> (d0, d1)>], iterator_types = [\"parallel\", \"parallel\"]}"
+        f" ins(%h : {hidden}) outs(%re : {hidden}) {{",
+        "  ^bb0(%a: f32, %o: f32):",
+        "    %v = arith.maximumf %a, %zero : f32",
+        "    linalg.yield %v : f32",
+        f"  }} -> {hidden}",
+        *matmul("y", "r", "w2", m, h, d),
+        f"  return %y : tensor<{m}x{d}xf32>", "}"]) + "\n"
+
+
+def executor_call_cost(target, speedup: float, dispatch: float, inline: tuple[float, float],
+                       python_call: float, rounds: int, progress=None) -> float:
+    """Seconds a call on the parallel executor costs beyond its dispatches' work shared among
+    the cores (`speedup`) and `dispatch` per split dispatch: read on `PROBE_MLP`, a program of
+    several dispatches of the size programs have, on both drivers side by side (the work is the
+    inline driver's time less its costs, `inline`: per call and per dispatch). The lowest of
+    `EXECUTOR_READINGS` readings (load only adds). Read on one 256^3 matmul whose operands were
+    uploaded every call it was 240 us on a 2-core Zen 4, where the suite's programs, their
+    weights held, paid 110-140 us a call (docs/results.md)."""
+    m, d, h = PROBE_MLP
+    text = probe_program(m, d, h)
+    art = compile_module(text, target)
+    seen = profile(text, target)
+    variants = {"sync": Variant(art, SERIAL_DRIVER), "task": Variant(art)}
+    inputs = [f"{m}x{d}xf32", f"{d}x{h}xf32", f"{h}x{d}xf32"]
+    costs = []
+    for _ in range(EXECUTOR_READINGS):
+        # weights held and the result kept, as a compiled model runs; a process's luck with the
+        # executor lasts its life (one read 98 us, the next 190 on the same matmul): the median
+        # of three processes
+        t = called(variants, inputs, rounds, 50, progress, keep=(0,), resident=(1, 2), processes=3)
+        if None in t.values():
+            continue
+        work = max(t["sync"] - python_call - inline[0] - seen.dispatch_count * inline[1], 0.0)
+        costs.append(t["task"] - python_call - work / speedup - seen.split_count * dispatch)
+    if not costs:
+        raise SftError("sft-calibrate: the executor's probe program failed to run")
+    return max(min(costs), 0.0)
 
 
 def packed_speedup(target, rounds: int, progress=None) -> float:
@@ -203,8 +306,13 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         variant = Variant(compile_module(chain_program(1, n), target), SERIAL_DRIVER)
         return benchmark({"copy": variant}, [f"{n}xf32"], rounds=rounds, progress=progress)["copy"]
 
-    big, small = 4 << 20, 64 << 10  # 16 MiB per buffer: beyond every cache; 256 KiB: in L2
+    # floats per buffer: 256 KiB (in L2); twice the last-level cache (beyond every cache); and,
+    # where the last level is large enough to tell apart, a quarter of it for both buffers
+    llc = host.last_level_bytes
+    small, big = 64 << 10, max(4 << 20, llc // 2)
     stream, l2 = copy_seconds(big), copy_seconds(small)
+    middle = llc // 32
+    in_llc = copy_seconds(middle) if 2 * middle * 4 > host.l2_bytes * host.cores else None
 
     matmul = {}
     for name, flags in (("default", ()), ("dt", (DATA_TILING,)), ("dt+uk", (DATA_TILING, UKERNELS))):
@@ -214,17 +322,13 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
     efficiency, small_matmul, _ = executor_reading(host.cores, rounds, progress)
 
     serial_dispatch = max((tool["chain17/sync"] - tool["chain1/sync"]) / 16, 0.0)
+    serial_invoke = max(tool["chain1/sync"] - serial_dispatch, 0.0)
     # One core's FLOP rate scaled so that the model predicts IREE's default matmul as measured
     # (the kernel fit, when it runs, replaces it with its own).
     default = row_of_iree(MATMUL.roles, profile(kernel_program(MATMUL, None), target).dispatches[0].config)
     predicted = predict(MATMUL, np.zeros((1, 5), int), host, cores=1, default=default)[0]
     work = small_matmul["sync"] - t["chain1/sync"]
     speedup = 1.0 + (host.cores - 1) * efficiency
-    # A call whose dispatches run on every worker: the matmul's time on the executor over its
-    # work at that speed-up. Waking the workers is paid once a call (four 256^3 matmuls in one
-    # call took 0.8-1.4 ms on two cores here, one took 0.5-0.6, 0.27 on one thread), so it is
-    # a call's cost, not a dispatch's; a call that never splits costs the one-workgroup chain.
-    parallel_call = max(small_matmul["task"] - work / speedup, t["chain1/task"]) - python_call
     # A split dispatch costs the executor its workers' meeting on top of the work (the serial
     # driver's time for it, shared among the cores at that efficiency): 4-9 us per dispatch on
     # this 2-core VM, where a one-workgroup chain reads none. Training steps have 20-120 such
@@ -232,12 +336,20 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
     split_task = (t["split17/task"] - t["split1/task"]) / 16
     split_sync = (t["split17/sync"] - t["split1/sync"]) / 16
     dispatch = max(split_task - split_sync / speedup, 0.0)
+    # Waking the workers is paid once a call (four 256^3 matmuls in one call took 0.8-1.4 ms on
+    # two cores here, one took 0.5-0.6, 0.27 on one thread), so it is a call's cost, not a
+    # dispatch's; a call that never splits costs the one-workgroup chain.
+    parallel_call = (executor_call_cost(target, speedup, dispatch, (serial_invoke, serial_dispatch),
+                                        python_call, rounds, progress)
+                     if host.cores > 1 else 0.0)
     return {
-        "invoke_overhead": max(parallel_call - dispatch, 0.0),
+        "invoke_overhead": max(parallel_call, t["chain1/task"] - python_call, 0.0),
         "dispatch_overhead": dispatch,
-        "serial_invoke_overhead": max(tool["chain1/sync"] - serial_dispatch, 0.0),
+        "serial_invoke_overhead": serial_invoke,
         "serial_dispatch_overhead": serial_dispatch,
         "dram_bandwidth": 2 * big * 4 / stream,
+        "last_level_bandwidth": 2 * middle * 4 / in_llc if in_llc else 0.0,
+        "relayout_cost": relayout_cost(target, rounds, progress),
         "l2_bandwidth": 2 * small * 4 / max(l2 - tool["chain1/sync"], 1e-9),
         "peak_flops_f32": host.peak_flops_f32 * predicted / work,
         "parallel_efficiency": efficiency,
@@ -268,8 +380,9 @@ def executor_reading(cores: int, rounds: int, progress=None) -> tuple[float, dic
         variants[name] = {"sync": Variant(art, SERIAL_DRIVER), "task": Variant(art)}
     best = None
     for _ in range(EXECUTOR_READINGS if cores > 1 else 1):
-        small = called(variants["small"], kernel_inputs(MATMUL), rounds, 100, progress)
-        large = called(variants["large"], kernel_inputs(BIG_MATMUL), rounds, 10, progress)
+        # operands held and results kept: the work alone, not its uploads and downloads
+        small = called(variants["small"], kernel_inputs(MATMUL), rounds, 100, progress, (0,), (0, 1))
+        large = called(variants["large"], kernel_inputs(BIG_MATMUL), rounds, 10, progress, (0,), (0, 1))
         added_task = max(large["task"] - small["task"], 1e-9)
         added_sync = max(large["sync"] - small["sync"], 1e-9)
         efficiency = min(max(added_sync / added_task - 1.0, 0.0) / max(cores - 1, 1), 1.0)
@@ -281,9 +394,9 @@ def executor_reading(cores: int, rounds: int, progress=None) -> tuple[float, dic
 def calibration_runs(rounds: int = 7, fit_rounds: int = FIT_ROUNDS) -> int:
     """Progress steps of `calibrate`: benchmark processes, and the fit's compiles."""
     # chains 4, split chains 4 a reading (and the chains' inline 2 in the benchmark tool),
-    # copies 2, the matmul's option sets 3, the FMA programs, each executor reading 4, the
-    # packed matmuls 2 a shape
-    return (11 + len(FMA_CHAINS) + 8 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES)) * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
+    # copies 3, the relayout 2, the matmul's option sets 3, the FMA programs, each executor reading 4 and its
+    # probe's 2 in 3 processes, the packed matmuls 2 a shape
+    return (14 + len(FMA_CHAINS) + 14 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES)) * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
 
 
 def calibrate(rounds: int = 7, progress=None, fit_rounds: int = FIT_ROUNDS) -> dict:

@@ -190,7 +190,7 @@ def test_the_fma_rate_program_computes_its_chains():
     np.testing.assert_allclose(fn(x)[0], want, rtol=1e-5, atol=1e-5)
 
 
-def test_rooflines_use_the_measured_fma_rate_and_the_model_keeps_its_scale():
+def test_rooflines_and_floors_use_the_measured_fma_rate():
     from sft.cost.model import compute_floor, roofline
 
     desc = _desc(AVX512)
@@ -198,7 +198,76 @@ def test_rooflines_use_the_measured_fma_rate_and_the_model_keeps_its_scale():
     flops = 1e9
     assert roofline(flops, 0, measured, 1) == pytest.approx(flops / measured.fma_peak_f32)
     assert roofline(flops, 0, desc, 1) == pytest.approx(flops / desc.peak_flops_f32)
-    assert compute_floor(flops, measured, 1) == compute_floor(flops, desc, 1)
+    assert compute_floor(flops, measured, 1) == pytest.approx(flops / measured.fma_peak_f32)
+    assert compute_floor(flops, desc, 1) == pytest.approx(flops / desc.peak_flops_f32)
+
+
+def test_no_kernel_is_predicted_faster_than_the_measured_fma_rate_and_the_order_holds():
+    """The fitted scale may exceed what a core issues; the measured FMA rate floors every
+    prediction, and the candidates the floor would tie keep the model's order."""
+    from sft.cost.model import peak_seconds
+
+    desc = _desc(AVX512)
+    measured = dataclasses.replace(desc, fma_peak_f32=desc.peak_flops_f32 / 2.5)
+    kernel = fit.FIT_KERNELS[0]
+    rows = tile_space(kernel, isa=AVX512).candidates
+    free, floored = predict(kernel, rows, desc, 1), predict(kernel, rows, measured, 1)
+    flops = 2.0 * kernel.m * kernel.n * kernel.k
+    assert peak_seconds(kernel, measured, 1) == pytest.approx(flops / measured.fma_peak_f32)
+    assert peak_seconds(kernel, desc, 1) == 0.0  # not measured: no floor
+    assert (free < flops / measured.fma_peak_f32).any()  # the case the floor is for
+    assert (floored >= (1 - 1e-3) * flops / measured.fma_peak_f32).all()
+    assert np.array_equal(free[free > floored.max()], floored[free > floored.max()])
+    assert np.array_equal(np.argsort(free, kind="stable"), np.argsort(floored, kind="stable"))
+
+
+def test_the_executor_probe_computes_an_mlp():
+    from sft.backend import compile_module, load
+    from sft.targets import get_target
+
+    m, d, h = 4, 8, 16
+    fn = load(compile_module(cal.probe_program(m, d, h), get_target("host")), driver="local-sync")
+    rng = np.random.default_rng(0)
+    x, w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((m, d), (d, h), (h, d)))
+    np.testing.assert_allclose(fn(x, w1, w2)[0], np.maximum(x @ w1, 0) @ w2, rtol=1e-4, atol=1e-4)
+
+
+def test_the_relayout_programs_copy_and_transpose():
+    from sft.backend import compile_module, load
+    from sft.targets import get_target
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for transpose, want in ((False, x + x), (True, (x + x).T)):
+        text = cal.relayout_program(3, 4, transpose)
+        fn = load(compile_module(text, get_target("host")), driver="local-sync")
+        np.testing.assert_array_equal(fn(x)[0], want)
+
+
+def test_the_executors_call_cost_is_read_with_the_weights_held(monkeypatch):
+    """A call's cost on the parallel executor: the probe's time there less its work (the inline
+    time less the inline driver's costs) at the executor's speed-up and its split dispatches'
+    cost; the lowest of the readings, each with the weights uploaded once (uploads cost the
+    executor more than the inline driver, and no compiled model uploads its weights a call)."""
+    readings = iter([{"sync": 300e-6, "task": 400e-6}, {"sync": 300e-6, "task": 260e-6},
+                     {"sync": 300e-6, "task": 300e-6}])
+    seen = []
+
+    def called(variants, inputs, rounds, calls, progress=None, keep=(), resident=(), processes=1):
+        seen.append((keep, resident, processes))
+        return next(readings)
+
+    from sft.targets import get_target
+
+    monkeypatch.setattr(cal, "compile_module", lambda *a, **k: None)
+    monkeypatch.setattr(cal, "called", called)
+    host = get_target("host")
+    cost = cal.executor_call_cost(host, speedup=2.0, dispatch=5e-6, inline=(2e-6, 1e-6),
+                                  python_call=10e-6, rounds=1)
+    profile = cal.profile(cal.probe_program(*cal.PROBE_MLP), host)
+    work = 300e-6 - 10e-6 - 2e-6 - profile.dispatch_count * 1e-6
+    assert cost == pytest.approx(260e-6 - 10e-6 - work / 2 - profile.split_count * 5e-6)
+    assert all(keep == (0,) and resident == (1, 2) for keep, resident, _ in seen)
+    assert len(seen) == cal.EXECUTOR_READINGS
 
 
 def test_a_packed_weights_speed_up_is_measured_on_the_host(monkeypatch):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import sft
-from sft.cost.model import predict
+from sft.cost.model import bandwidth, predict
 from sft.decisions import TileConfig
 from sft.decisions.cpu_tiles import IREE_DEFAULT
 from sft.cost.hardware import TargetDesc
@@ -123,18 +123,32 @@ def test_a_contraction_dispatch_is_priced_at_no_less_than_its_buffers_streamed_o
     serial = [ModuleOptions(serial=True)]
     light = search_program([kernel], _everywhere(alone), HOST_TARGET, serial)
     heavy = search_program([kernel], _everywhere(fused), HOST_TARGET, serial)
-    streamed = (4 << 20) / (HOST.dram_bandwidth if 4 << 20 > HOST.l2_bytes else HOST.l2_bandwidth)
+    streamed = (4 << 20) / bandwidth(4 << 20, HOST, 1)
     assert heavy.ranked[0].predicted >= streamed > light.ranked[0].predicted - HOST.serial_invoke_overhead
     assert heavy.choices[0].predicted[0] == light.choices[0].predicted[0]  # the tiles' own price
 
 
 def test_a_relayout_dispatch_costs_more_than_streaming_its_bytes():
-    from sft.cost.model import TRANSPOSED_COST, memory_bound
+    from sft.cost.model import memory_bound
 
     pack = Dispatch(0, "encode_256x1024xf32_to_256x1024xf32", (256, 1024), 2 << 20, None)
     copy = Dispatch(0, "elementwise_256x1024_f32", (256, 1024), 2 << 20, None)
     assert pack.is_relayout and not copy.is_relayout
-    assert memory_bound(pack, HOST, 1) == pytest.approx(TRANSPOSED_COST * memory_bound(copy, HOST, 1))
+    for cost in (HOST.relayout_cost, 1.6):  # the default, and one sft-calibrate measured
+        desc = dataclasses.replace(HOST, relayout_cost=cost)
+        assert memory_bound(pack, desc, 1) == pytest.approx(cost * memory_bound(copy, desc, 1))
+
+
+def test_bytes_stream_at_the_rate_of_the_cache_they_fit():
+    """L2's rate where a dispatch's bytes fit the cores' L2, the last-level cache's where they
+    fit there and its rate was measured, DRAM's beyond it (or where it was not measured)."""
+    desc = dataclasses.replace(HOST, l2_bytes=1 << 20, l2_bandwidth=100e9, dram_bandwidth=20e9,
+                               last_level_bytes=32 << 20, last_level_bandwidth=80e9,
+                               parallel_efficiency=1.0)
+    assert bandwidth(1 << 20, desc, 1) == 100e9 and bandwidth(2 << 20, desc, 2) == 200e9
+    assert bandwidth(4 << 20, desc, 1) == 80e9
+    assert bandwidth(64 << 20, desc, 1) == 20e9
+    assert bandwidth(4 << 20, dataclasses.replace(desc, last_level_bandwidth=0.0), 1) == 20e9
 
 
 def test_search_weighs_driver_overheads_against_parallelism():

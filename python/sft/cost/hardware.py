@@ -109,6 +109,15 @@ class TargetDesc:
     # CPU: the kernel model's constants (ISA defaults unless fitted by `sft-calibrate`).
     cpu: CpuModelParams = field(default_factory=CpuModelParams)
     l1_ways: int = 8                      # CPU: L1's associativity (lines per set)
+    # CPU: the last-level cache (whole chip) and what one core streams from it (0: not
+    # measured, DRAM's rate): a 2 MiB weight copied at 78 GB/s on a 2-core Zen 4 (32 MiB L3),
+    # where DRAM's rate is 40
+    last_level_bytes: int = 0
+    last_level_bandwidth: float = 0.0
+    # CPU: what a dispatch that moves a tensor into another layout (a transpose, data tiling's
+    # pack) costs per byte, in bytes streamed in order (`sft-calibrate` measures it: 1.7 on a
+    # 2-core Zen 4; 3.0 read off one pack on the Xeon host, the default)
+    relayout_cost: float = 3.0
 
     @property
     def cycle_seconds(self) -> float:

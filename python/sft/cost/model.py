@@ -152,7 +152,25 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: i
 
     memory = np.maximum(from_l2, from_dram)
     exposed = (1.0 - p.overlap) * np.minimum(compute, memory)
-    return np.maximum(compute, memory) + exposed + waves * target.workgroup_overhead
+    seconds = np.maximum(compute, memory) + exposed + waves * target.workgroup_overhead
+    floor = peak_seconds(kernel, target, 1) / speedup
+    # candidates the model puts beyond the peak keep their order, a hair below the floor
+    return np.where(seconds < floor, floor + BEYOND_PEAK_ORDER * (seconds - floor), seconds)
+
+
+BEYOND_PEAK_ORDER = 1e-3
+
+
+def peak_seconds(kernel: Kernel, target: TargetDesc, cores: int) -> float:
+    """Seconds an f32 kernel's FMAs take at the core's measured rate on `cores` cores (0 where
+    `sft-calibrate` did not measure it, or for a low-precision twin's dot products): no plan
+    runs it faster. The kernel fit weighs each kernel's level lightly (load drifts between
+    kernels), and its FLOP-rate scale is no rate a core reaches (a 2-core Zen 4: 196 GFLOP/s
+    fitted, 113 measured): unfloored, the model put mlp's one-thread plan at 0.221 ms where
+    its contractions alone take 0.30 at that rate, and it measured 0.33-0.36."""
+    if not target.fma_peak_f32 or kernel.input_type:
+        return 0.0
+    return compute_floor(2.0 * kernel.batch * kernel.m * kernel.n * kernel.k, target, cores)
 
 
 def option_speedup(options: ModuleOptions, target: TargetDesc) -> float:
@@ -164,20 +182,22 @@ def option_speedup(options: ModuleOptions, target: TargetDesc) -> float:
 
 def bandwidth(nbytes: float, target: TargetDesc, cores: int) -> float:
     """Bytes/s for streaming `nbytes` on `cores` cores: L2's where they fit in those cores' L2,
-    else DRAM's."""
+    the last-level cache's where they fit there and its rate was measured, else DRAM's."""
     if nbytes <= target.l2_bytes * cores:
         return target.l2_bandwidth * parallel_speedup(cores, target)
+    if target.last_level_bandwidth and nbytes <= target.last_level_bytes:
+        return target.last_level_bandwidth
     return target.dram_bandwidth
 
 
 def memory_bound(dispatch: Dispatch, target: TargetDesc, cores: int) -> float:
     """Seconds for a dispatch that streams its buffers once (elementwise, reductions, copies);
-    one that moves a tensor into another layout walks it across rows, at `TRANSPOSED_COST`
-    times the streaming time (data tiling's pack of a 256x1024 weight: 89 us on one core of
-    the Xeon host against 23 us of its 2 MiB at L2's rate)."""
+    one that moves a tensor into another layout walks it across rows, at the target's
+    `relayout_cost` times the streaming time (data tiling's pack of a 256x1024 weight: 89 us on
+    one core of the Xeon host against 23 us of its 2 MiB at L2's rate)."""
     work = dispatch.bytes / bandwidth(dispatch.bytes, target, cores)
     if dispatch.is_relayout:
-        work *= TRANSPOSED_COST
+        work *= target.relayout_cost
     if dispatch.is_contraction:  # one IREE has but the search does not tile (a convolution)
         work = max(work, compute_floor(dispatch.flops, target, cores) / UNTILED_EFFICIENCY)
     return work
@@ -215,9 +235,10 @@ def other_dispatches(profile: Profile, kernels: list[Kernel]) -> list[Dispatch]:
 
 
 def compute_floor(flops: float, target: TargetDesc, cores: int) -> float:
-    """Seconds no schedule beats: the work at peak rate on every usable core. `predict` never
-    goes below it (lane use, reuse and spills only slow it down), so it bounds a branch."""
-    return flops / (target.peak_flops_f32 * parallel_speedup(cores, target))
+    """Seconds no schedule beats: the work at the core's measured FMA rate where `sft-calibrate`
+    measured it (the kernel fit's scale otherwise) on every usable core. `predict` never goes
+    below it (lane use, reuse and spills only slow it down), so it bounds a branch."""
+    return flops / ((target.fma_peak_f32 or target.peak_flops_f32) * parallel_speedup(cores, target))
 
 
 def roofline(flops: float, nbytes: float, target: TargetDesc, cores: int) -> float:
@@ -226,8 +247,7 @@ def roofline(flops: float, nbytes: float, target: TargetDesc, cores: int) -> flo
     of where they live, whichever takes longer, every core at its full rate (the model's
     parallel efficiency is what IREE's executor gets, not a limit of the machine: with it, a
     step measured below its bound)."""
-    ideal = replace(target, parallel_efficiency=1.0,
-                    peak_flops_f32=target.fma_peak_f32 or target.peak_flops_f32)
+    ideal = replace(target, parallel_efficiency=1.0)
     return max(compute_floor(flops, ideal, cores), nbytes / bandwidth(nbytes, ideal, cores))
 
 

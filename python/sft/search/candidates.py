@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..cost.model import peak_seconds
 from ..passes.hold_packed import block_of
 from ..plan import Plan
 from ..space.options import DATA_TILING, ModuleOptions
@@ -41,8 +42,10 @@ def packed_option(report, option, plan: Plan, target):
     if speedup <= 1.0 or not report.packed_reads or not option.options.keeps_tiles or plan.packed:
         return None
     ops = {op for ids in report.packed_reads.values() for op in ids}
-    saving = sum(c.predicted[0] - c.default_prediction() / speedup for c in option.kernels
-                 if c.kernel.op_id in ops and c.precision == "f32")
+    cores = 1 if option.options.serial else target.desc.cores
+    saving = sum(c.predicted[0] - max(c.default_prediction() / speedup,
+                                      peak_seconds(c.kernel, target.desc, cores))
+                 for c in option.kernels if c.kernel.op_id in ops and c.precision == "f32")
     if saving <= 0:
         return None
     m0, n0 = block_of(target.desc)

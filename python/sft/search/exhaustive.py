@@ -13,7 +13,7 @@ import numpy as np
 
 from ..backend.profile import Profile
 from ..cost.model import (contraction_floor, memory_bound, option_speedup, other_dispatches,
-                          overheads, transposed_seconds)
+                          overheads, peak_seconds, transposed_seconds)
 from .chains import plan_orders
 from ..space.kernels import Kernel, in_layout, same_layout
 from ..space.options import ModuleOptions
@@ -298,7 +298,8 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
             if low.predicted[0] < mixed[cores][i].predicted[0]:
                 mixed[cores][i] = low
     rests: dict[tuple, float] = {}
-    floors: dict[tuple, list[float]] = {}  # per kernel, its dispatch's bytes streamed once
+    # per kernel, its dispatch's bytes streamed once or its FMAs at the core's rate
+    floors: dict[tuple, list[float]] = {}
     for o in options:
         cores = 1 if o.serial else desc.cores
         profile = profiles[o.formation_flags]
@@ -309,7 +310,8 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
         if key not in rests:  # the same for every option set that forms the same dispatches
             rests[key] = (sum(memory_bound(d, desc, cores) for d in other_dispatches(profile, kernels))
                           + transposed_seconds(profile, desc, cores))
-            floors[key] = [contraction_floor(_dispatch_of(k, profile), desc, cores) for k in kernels]
+            floors[key] = [max(contraction_floor(_dispatch_of(k, profile), desc, cores),
+                               peak_seconds(k, desc, cores)) for k in kernels]
         rest = rests[key]
         if o.keeps_tiles:
             kernel_time = sum(max(c.predicted[0], f) for c, f in zip(choices, floors[key]))

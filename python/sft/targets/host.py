@@ -52,6 +52,7 @@ def detected_description() -> TargetDesc:
         peak_flops_f32=2.0 * cpu.fma_per_cycle * isa.lanes_f32 * NOMINAL_CLOCK_HZ,
         l1_bytes=caches.l1_bytes, l2_bytes=caches.l2_bytes, l1_ways=caches.l1_ways,
         l1_bandwidth=200e9, l2_bandwidth=100e9, dram_bandwidth=20e9,
+        last_level_bytes=caches.last_level_bytes,
         # The parallel executor's cost per call (waking its workers, then the caller) and per
         # dispatch: IREE's profile of a one-dispatch 256^3 matmul on a 2-core Zen 4 VM read
         # 190-300 us outside the dispatch on local-task, 4-12 on local-sync, and 8 us more per

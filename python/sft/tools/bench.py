@@ -229,8 +229,9 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--calls", type=int, default=50, help="calls per round (speed, train, dispatches)")
     p.add_argument("--no-torch-compile", action="store_true", help="skip torch.compile (speed)")
     p.add_argument("--processes", type=int, default=1,
-                   help="train: processes per variant, the median of theirs (a process's luck "
-                        "with IREE's executor lasts its life: 3 outvote one unlucky process)")
+                   help="train, quality --programs: processes per variant, the median of theirs "
+                        "(a process's luck with IREE's executor lasts its life: 3 outvote one "
+                        "unlucky process)")
     p.add_argument("--kernels", type=int, default=16, help="kernels to sample (quality)")
     p.add_argument("--candidates", type=int, default=20, help="candidates per kernel (quality)")
     p.add_argument("--seed", type=int, default=0, help="candidate sampling seed (quality)")
@@ -290,7 +291,8 @@ def _main(argv: list[str] | None) -> int:
     elif args.mode == "speed":
         result = speed(models, args.rounds, args.calls, not args.no_torch_compile)
     elif args.programs:
-        result = program_quality(models, max(3, args.rounds // 2), min(args.calls, 20), args.store)
+        result = program_quality(models, max(3, args.rounds // 2), min(args.calls, 20), args.store,
+                                 args.processes)
     else:
         result = quality(models, args.kernels, args.candidates, max(3, args.rounds // 2), args.seed)
         if args.plot:

@@ -48,10 +48,11 @@ def program_of(name: str):
     return prepare(case.build(), case.inputs())[0]
 
 
-def program_row(name: str, rounds: int, calls: int) -> dict:
-    """Every ranked option set of one program and IREE's default: predicted and measured."""
+def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
+    """Every ranked option set of one program and IREE's default: predicted and measured, each
+    in `processes` processes of its own (the median of theirs)."""
     from ..backend import compile_module
-    from ..backend.timing import loaded_call, time_variants
+    from ..backend.timing import loaded_call, time_in_processes
     from ..cost.trust import decision_kinds
     from ..errors import SftError
     from ..passes.hold_transposed import fixed_state, holding
@@ -107,7 +108,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
         parts = (split_of(plan), layouts.get(vname)) if split_of(plan) else ((), None)
         builders[vname] = (loaded_call, (artifact, plan.driver, inputs, keep, resident, storage,
                                          *parts, program.entry, holding(plan)))
-    # The first variant on each driver again, in a process of its own: that driver's noise
+    # The first variant on each driver again, in processes of its own: that driver's noise
     # floor (on a 2-core VM the parallel executor's times differ between processes far more
     # than the inline driver's).
     controls = {}  # driver -> (its first variant, the control's name)
@@ -116,8 +117,8 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
         controls.setdefault(driver, (vname, CONTROL + (driver or "parallel")))
     for vname, control in controls.values():
         builders[control] = builders[vname]
-    timings = time_variants(builders, rounds, calls)
-    measured = {k: t.seconds for k, t in timings.items() if t.seconds is not None}
+    seconds_of, errors_of = time_in_processes(builders, rounds, calls, processes=processes)
+    measured = {k: s for k, s in seconds_of.items() if s is not None}
     noise = {}
     for driver, (vname, control) in controls.items():
         builders.pop(control)
@@ -126,7 +127,7 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
             noise[driver] = abs(again - measured[vname]) / min(again, measured[vname])
     failed += [k for k in builders if k not in measured]
     if "iree-default" not in measured:
-        raise SftError(f"{name}: IREE's default plan could not be timed ({timings['iree-default'].error})")
+        raise SftError(f"{name}: IREE's default plan could not be timed ({errors_of.get('iree-default')})")
     names = list(measured)
     predicted = [variants[n][1] for n in names]
     seconds = [measured[n] for n in names]
@@ -162,7 +163,8 @@ def program_row(name: str, rounds: int, calls: int) -> dict:
             "errors": errors}
 
 
-def program_quality(models: list[str], rounds: int, calls: int, store: bool = False) -> dict:
+def program_quality(models: list[str], rounds: int, calls: int, store: bool = False,
+                    processes: int = 1) -> dict:
     """`program_row` of each model, the summary, and with `store` the measured trust factors
     written into this host's calibration."""
     from ..cost.trust import measured_factors
@@ -176,7 +178,7 @@ def program_quality(models: list[str], rounds: int, calls: int, store: bool = Fa
           f"{'raw pick/iree':>15}{'pick/iree':>11}  chosen")
     rows = []
     for name in models:
-        row = program_row(name, rounds, calls)
+        row = program_row(name, rounds, calls, processes)
         rows.append(row)
         good, total = row["pairs"]
         good_n, total_n = row["pairs_beyond_control"]
