@@ -195,7 +195,8 @@ PROBE_MLP = (48, 192, 768)
 
 
 def probe_program(m: int, d: int, h: int) -> str:
-    """relu(x[M, D] @ w1[D, H]) @ w2[H, D]: three dispatches, two of them contractions."""
+    """relu(x[M, D] @ w1[D, H]) @ w2[H, D], its weights held [K, N]: two dispatches (IREE fuses
+    the relu into the first matmul's)."""
     def matmul(name, a, b, rows, inner, cols):
         ty = f"tensor<{rows}x{cols}xf32>"
         return [f"  %{name}e = tensor.empty() : {ty}",
@@ -224,7 +225,7 @@ def executor_call_cost(target, speedup: float, dispatch: float, inline: tuple[fl
                        python_call: float, rounds: int, progress=None) -> float:
     """Seconds a call on the parallel executor costs beyond its dispatches' work shared among
     the cores (`speedup`) and `dispatch` per split dispatch: read on `PROBE_MLP`, a program of
-    several dispatches of the size programs have, on both drivers side by side (the work is the
+    the size programs have, on both drivers side by side (the work is the
     inline driver's time less its costs, `inline`: per call and per dispatch). The lowest of
     `EXECUTOR_READINGS` readings (load only adds). Read on one 256^3 matmul whose operands were
     uploaded every call it was 240 us on a 2-core Zen 4, where the suite's programs, their
@@ -394,8 +395,8 @@ def executor_reading(cores: int, rounds: int, progress=None) -> tuple[float, dic
 def calibration_runs(rounds: int = 7, fit_rounds: int = FIT_ROUNDS) -> int:
     """Progress steps of `calibrate`: benchmark processes, and the fit's compiles."""
     # chains 4, split chains 4 a reading (and the chains' inline 2 in the benchmark tool),
-    # copies 3, the relayout 2, the matmul's option sets 3, the FMA programs, each executor reading 4 and its
-    # probe's 2 in 3 processes, the packed matmuls 2 a shape
+    # copies 3, the relayout 2, the matmul's option sets 3, the FMA programs, each executor
+    # reading 4 and its probe's 2 in 3 processes, the packed matmuls 2 a shape
     return (14 + len(FMA_CHAINS) + 14 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES)) * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
 
 
