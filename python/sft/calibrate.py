@@ -84,6 +84,16 @@ def relayout_program(rows: int, cols: int, transpose: bool) -> str:
         f"  return %y : {out}", "}"]) + "\n"
 
 
+def copy_sizes(host: TargetDesc) -> tuple[int, int, int]:
+    """Floats per buffer of the copies that read the host's bandwidths: 256 KiB (in L2); an
+    eighth of the last-level cache (both buffers in a quarter of it), or 0 where that would not
+    leave L2; twice the last-level cache (beyond every cache: a 2-core Zen 4's 2 x 16 MiB, the
+    size of its L3, had read 36-40 GB/s; beyond it, 23.5)."""
+    llc = host.last_level_bytes
+    middle = llc // 32 if llc // 4 > host.l2_bytes * host.cores else 0
+    return 64 << 10, middle, max(4 << 20, llc // 2)
+
+
 RELAYOUT = (512, 512)  # 1 MiB each way: what a weight's pack moves
 
 
@@ -307,13 +317,9 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         variant = Variant(compile_module(chain_program(1, n), target), SERIAL_DRIVER)
         return benchmark({"copy": variant}, [f"{n}xf32"], rounds=rounds, progress=progress)["copy"]
 
-    # floats per buffer: 256 KiB (in L2); twice the last-level cache (beyond every cache); and,
-    # where the last level is large enough to tell apart, a quarter of it for both buffers
-    llc = host.last_level_bytes
-    small, big = 64 << 10, max(4 << 20, llc // 2)
+    small, middle, big = copy_sizes(host)
     stream, l2 = copy_seconds(big), copy_seconds(small)
-    middle = llc // 32
-    in_llc = copy_seconds(middle) if 2 * middle * 4 > host.l2_bytes * host.cores else None
+    in_llc = copy_seconds(middle) if middle else None
 
     matmul = {}
     for name, flags in (("default", ()), ("dt", (DATA_TILING,)), ("dt+uk", (DATA_TILING, UKERNELS))):

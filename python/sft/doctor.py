@@ -25,13 +25,14 @@ from .backend.bench import Variant, benchmark
 from .backend.iree import Artifact
 from .backend.runtime import gpu_devices
 from .backend.profile import Profile
-from .calibrate import MATMUL, chain_program
+from .calibrate import MATMUL, chain_program, copy_sizes
 from .cost.hardware import TargetDesc
 from .cost.model import memory_bound, overheads
 from .errors import SftError
 from .measure import kernel_inputs, kernel_program
 from .space.kernels import Kernel
 from .space.options import SERIAL_DRIVER, ModuleOptions
+from .targets.host import detected_description
 
 # Slower than predicted by more than this is flagged. On the shared 2-core VM this was written
 # on, quiet runs read 0.8x..1.3x of the stored calibration (0.8x..1.0x of one measured minutes
@@ -136,14 +137,14 @@ class Report:
 
 def _probe_specs() -> list[tuple]:
     """(name, what, program, inputs, driver, unit, amount per call, kernel) of each probe."""
-    big, small = 4 << 20, 64 << 10  # 16 MiB per buffer: beyond every cache; 256 KiB: in L2
+    small, _, big = copy_sizes(detected_description())  # the copies sft-calibrate reads
     chain = chain_program(17, 256)
     m, n, k = MATMUL.domain
     return [
         ("matmul", "256^3 f32 matmul, IREE's tiles, one core (FLOP rate)",
          kernel_program(MATMUL, None), kernel_inputs(MATMUL), SERIAL_DRIVER, "GFLOP/s",
          2.0 * m * n * k, MATMUL),
-        ("dram_stream", "16 MiB copy, one core (DRAM bandwidth)", chain_program(1, big),
+        ("dram_stream", f"{big >> 18} MiB copy, one core (DRAM bandwidth)", chain_program(1, big),
          [f"{big}xf32"], SERIAL_DRIVER, "GB/s", 2.0 * big * 4, None),
         ("l2_stream", "256 KiB copy, one core (L2 bandwidth)", chain_program(1, small),
          [f"{small}xf32"], SERIAL_DRIVER, "GB/s", 2.0 * small * 4, None),

@@ -148,6 +148,7 @@ def test_bytes_stream_at_the_rate_of_the_cache_they_fit():
     assert bandwidth(1 << 20, desc, 1) == 100e9 and bandwidth(2 << 20, desc, 2) == 200e9
     assert bandwidth(4 << 20, desc, 1) == 80e9
     assert bandwidth(64 << 20, desc, 1) == 20e9
+    assert bandwidth(32 << 20, desc, 1) == 20e9  # the whole last level: other data shares it
     assert bandwidth(4 << 20, dataclasses.replace(desc, last_level_bandwidth=0.0), 1) == 20e9
 
 

@@ -54,11 +54,11 @@ def detected_description() -> TargetDesc:
         l1_bandwidth=200e9, l2_bandwidth=100e9, dram_bandwidth=20e9,
         last_level_bytes=caches.last_level_bytes,
         # The parallel executor's cost per call (waking its workers, then the caller) and per
-        # dispatch: IREE's profile of a one-dispatch 256^3 matmul on a 2-core Zen 4 VM read
-        # 190-300 us outside the dispatch on local-task, 4-12 on local-sync, and 8 us more per
-        # split dispatch; whole small programs up to 0.8 ms more on local-task than their
-        # dispatches. The old 45 us sent every small program to the executor, 2.5x slower.
-        dispatch_overhead=8e-6, workgroup_overhead=0.05e-6, invoke_overhead=250e-6,
+        # dispatch: on a 2-core Zen 4 VM 98-155 us a call with the weights held on the device
+        # (73-78 as `sft-calibrate` reads it, the lowest of three readings; 180-240 with every
+        # operand uploaded each call, as an earlier reading had it), 5-8 us more per split
+        # dispatch. The old 45 us sent every small program to the executor, 2.5x slower.
+        dispatch_overhead=8e-6, workgroup_overhead=0.05e-6, invoke_overhead=120e-6,
         serial_invoke_overhead=2e-6, serial_dispatch_overhead=1e-6, parallel_efficiency=0.5,
         cpu=cpu)
 
