@@ -25,6 +25,8 @@ from .kernel_fit import (FIT_CANDIDATES, FIT_KERNELS, FIT_ROUNDS, LINEAR, fit_ke
                          measure_fit_samples)
 from .measure import kernel_inputs, kernel_program
 from .passes.hold_packed import UKERNELS_OFF, HoldPackedPass, block_of
+from .probe_programs import (chain_program, fma_program, held_matmul_program, probe_program,
+                             relayout_program)
 from .space.kernels import Kernel
 from .space.options import DATA_TILING, SERIAL_DRIVER, UKERNELS
 from .targets import get_target
@@ -43,45 +45,6 @@ CHAIN_CALLS = 200  # calls a round of the chains (a one-region chain: ~10 us a c
 # Zen 4 VM, one thread: AVX-512 code 99, 115, 116, 116 GFLOP/s with 2, 4, 6, 8 chains; AVX2
 # code (SFT_HOST_CPU=znver3) 52, 72, 90, 116, and 54 with 12 (its 16 registers spill).
 FMA_ELEMENTS, FMA_STEPS, FMA_CHAINS = 32 << 10, 64, (4, 6, 8)
-
-
-def chain_program(regions: int, n: int) -> str:
-    """`regions` dependent elementwise ops on a vector of n f32, each forced into a dispatch of
-    its own by a flow.dispatch.region (IREE keeps such regions)."""
-    ty = f"tensor<{n}xf32>"
-    lines = [f"func.func @main(%x0: {ty}) -> {ty} {{"]
-    for i in range(regions):
-        lines += [
-            f"  %x{i + 1} = flow.dispatch.region -> ({ty}) {{",
-            f"    %e = tensor.empty() : {ty}",
-            f"    %r = linalg.generic {{indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],"
-            f" iterator_types = [\"parallel\"]}} ins(%x{i} : {ty}) outs(%e : {ty}) {{",
-            "    ^bb0(%a: f32, %b: f32):",
-            "      %s = arith.addf %a, %a : f32",
-            "      linalg.yield %s : f32",
-            f"    }} -> {ty}",
-            f"    flow.return %r : {ty}",
-            "  }"]
-    lines += [f"  return %x{regions} : {ty}", "}"]
-    return "\n".join(lines) + "\n"
-
-
-def relayout_program(rows: int, cols: int, transpose: bool) -> str:
-    """x + x of a rows x cols f32 tensor, written transposed or in order: a relayout dispatch
-    and the copy it is priced against."""
-    out = f"tensor<{cols}x{rows}xf32>" if transpose else f"tensor<{rows}x{cols}xf32>"
-    result = "(d1, d0)" if transpose else "(d0, d1)"
-    return "\n".join([
-        f"func.func @main(%x: tensor<{rows}x{cols}xf32>) -> {out} {{",
-        f"  %e = tensor.empty() : {out}",
-        "  %y = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, "
-        f"affine_map<(d0, d1) -> {result}>], iterator_types = [\"parallel\", \"parallel\"]}}"
-        f" ins(%x : tensor<{rows}x{cols}xf32>) outs(%e : {out}) {{",
-        "  ^bb0(%a: f32, %o: f32):",
-        "    %s = arith.addf %a, %a : f32",
-        "    linalg.yield %s : f32",
-        f"  }} -> {out}",
-        f"  return %y : {out}", "}"]) + "\n"
 
 
 def copy_sizes(host: TargetDesc) -> tuple[int, int, int]:
@@ -110,35 +73,14 @@ def relayout_cost(target, rounds: int, progress=None) -> float:
     return max(seconds["transposed"] / seconds["copy"], 1.0)
 
 
-def fma_program(chains: int, steps: int, n: int = FMA_ELEMENTS) -> str:
-    """An elementwise op on n f32 whose body is `chains` independent chains of `steps` dependent
-    FMAs, summed: the vectorised loop keeps chains x (vectors per tile) FMAs in flight, so that
-    the FMA units' issue rate, not their latency, bounds it (2 * chains * steps FLOP an element)."""
-    ty = f"tensor<{n}xf32>"
-    body = [f"      %c{c}_0 = arith.constant {c + 1}.0 : f32" for c in range(chains)]
-    for i in range(steps):  # step by step, the chains interleaved; x is the program's: no folding
-        body += [f"      %c{c}_{i + 1} = math.fma %c{c}_{i}, %x, %x : f32" for c in range(chains)]
-    ends = [f"%c{c}_{steps}" for c in range(chains)]
-    total = ends[0]
-    for i, end in enumerate(ends[1:]):
-        body.append(f"      %s{i} = arith.addf {total}, {end} : f32")
-        total = f"%s{i}"
-    return "\n".join([
-        f"func.func @main(%in: {ty}) -> {ty} {{",
-        f"  %e = tensor.empty() : {ty}",
-        "  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],"
-        f" iterator_types = [\"parallel\"]}} ins(%in : {ty}) outs(%e : {ty}) {{",
-        "    ^bb0(%x: f32, %o: f32):", *body, f"      linalg.yield {total} : f32",
-        f"  }} -> {ty}", f"  return %r : {ty}", "}"]) + "\n"
-
-
 def fma_peak(rounds: int, progress=None) -> float:
     """One core's FLOP/s on independent FMAs, inline on one thread: the fastest of a few chain
     counts (too few chains wait on the FMA's latency, too many spill registers), the inline
     call's cost left in (~2 us of 150-300). A lower bound of the core's peak, as close as IREE's
     own code comes."""
     target = get_target("host")
-    variants = {chains: Variant(compile_module(fma_program(chains, FMA_STEPS), target), SERIAL_DRIVER)
+    variants = {chains: Variant(compile_module(fma_program(chains, FMA_STEPS, FMA_ELEMENTS), target),
+                                SERIAL_DRIVER)
                 for chains in FMA_CHAINS}
     seconds = benchmark(variants, [f"{FMA_ELEMENTS}xf32"], rounds=rounds, progress=progress)
     rates = [2 * chains * FMA_STEPS * FMA_ELEMENTS / s for chains, s in seconds.items() if s]
@@ -187,48 +129,10 @@ def _split_cost(t: dict) -> float:
 PACKED_SHAPES = ((128, 256, 1024), (128, 1024, 256))
 
 
-def held_matmul_program(m: int, k: int, n: int) -> str:
-    """A [M, K] by B [K, N]: a matmul whose weight is held [K, N] (`passes.hold_transposed`)."""
-    return f"""func.func @main(%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{
-  %zero = arith.constant 0.0 : f32
-  %empty = tensor.empty() : tensor<{m}x{n}xf32>
-  %init = linalg.fill ins(%zero : f32) outs(%empty : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
-  %r = linalg.matmul ins(%a, %b : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) outs(%init : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
-  return %r : tensor<{m}x{n}xf32>
-}}"""
-
-
 # (M, D, H) of the program the parallel executor's per-call cost is read on: two matmuls with
 # an elementwise op between them, an MLP's forward of the size the suite's programs have
 # (0.2-0.4 ms on one core) and none of its shapes.
 PROBE_MLP = (48, 192, 768)
-
-
-def probe_program(m: int, d: int, h: int) -> str:
-    """relu(x[M, D] @ w1[D, H]) @ w2[H, D], its weights held [K, N]: two dispatches (IREE fuses
-    the relu into the first matmul's)."""
-    def matmul(name, a, b, rows, inner, cols):
-        ty = f"tensor<{rows}x{cols}xf32>"
-        return [f"  %{name}e = tensor.empty() : {ty}",
-                f"  %{name}i = linalg.fill ins(%zero : f32) outs(%{name}e : {ty}) -> {ty}",
-                f"  %{name} = linalg.matmul ins(%{a}, %{b} : tensor<{rows}x{inner}xf32>, "
-                f"tensor<{inner}x{cols}xf32>) outs(%{name}i : {ty}) -> {ty}"]
-    hidden = f"tensor<{m}x{h}xf32>"
-    return "\n".join([
-        f"func.func @main(%x: tensor<{m}x{d}xf32>, %w1: tensor<{d}x{h}xf32>, "
-        f"%w2: tensor<{h}x{d}xf32>) -> tensor<{m}x{d}xf32> {{",
-        "  %zero = arith.constant 0.0 : f32",
-        *matmul("h", "x", "w1", m, d, h),
-        f"  %re = tensor.empty() : {hidden}",
-        "  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, "
-        "affine_map<(d0, d1) -> (d0, d1)>], iterator_types = [\"parallel\", \"parallel\"]}"
-        f" ins(%h : {hidden}) outs(%re : {hidden}) {{",
-        "  ^bb0(%a: f32, %o: f32):",
-        "    %v = arith.maximumf %a, %zero : f32",
-        "    linalg.yield %v : f32",
-        f"  }} -> {hidden}",
-        *matmul("y", "r", "w2", m, h, d),
-        f"  return %y : tensor<{m}x{d}xf32>", "}"]) + "\n"
 
 
 def executor_call_cost(target, speedup: float, dispatch: float, inline: tuple[float, float],

@@ -25,11 +25,12 @@ from .backend.bench import Variant, benchmark
 from .backend.iree import Artifact
 from .backend.runtime import gpu_devices
 from .backend.profile import Profile
-from .calibrate import MATMUL, chain_program, copy_sizes
+from .calibrate import MATMUL, copy_sizes
 from .cost.hardware import TargetDesc
 from .cost.model import memory_bound, overheads
 from .errors import SftError
 from .measure import kernel_inputs, kernel_program
+from .probe_programs import chain_program
 from .space.kernels import Kernel
 from .space.options import SERIAL_DRIVER, ModuleOptions
 from .targets.host import detected_description
