@@ -65,32 +65,32 @@ def fma_program(chains: int, steps: int, n: int) -> str:
         f"  }} -> {ty}", f"  return %r : {ty}", "}"]) + "\n"
 
 
+def _matmul(name: str, a: str, b: str, rows: int, inner: int, cols: int) -> list[str]:
+    """%name = %a [rows, inner] @ %b [inner, cols], into a zero-filled result (`%zero` in scope)."""
+    ty = f"tensor<{rows}x{cols}xf32>"
+    return [f"  %{name}e = tensor.empty() : {ty}",
+            f"  %{name}i = linalg.fill ins(%zero : f32) outs(%{name}e : {ty}) -> {ty}",
+            f"  %{name} = linalg.matmul ins(%{a}, %{b} : tensor<{rows}x{inner}xf32>, "
+            f"tensor<{inner}x{cols}xf32>) outs(%{name}i : {ty}) -> {ty}"]
+
+
 def held_matmul_program(m: int, k: int, n: int) -> str:
     """A [M, K] by B [K, N]: a matmul whose weight is held [K, N] (`passes.hold_transposed`)."""
-    return f"""func.func @main(%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{
-  %zero = arith.constant 0.0 : f32
-  %empty = tensor.empty() : tensor<{m}x{n}xf32>
-  %init = linalg.fill ins(%zero : f32) outs(%empty : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
-  %r = linalg.matmul ins(%a, %b : tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) outs(%init : tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32>
-  return %r : tensor<{m}x{n}xf32>
-}}"""
+    return "\n".join([
+        f"func.func @main(%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{",
+        "  %zero = arith.constant 0.0 : f32", *_matmul("r", "a", "b", m, k, n),
+        f"  return %r : tensor<{m}x{n}xf32>", "}"]) + "\n"
 
 
 def probe_program(m: int, d: int, h: int) -> str:
     """relu(x[M, D] @ w1[D, H]) @ w2[H, D], its weights held [K, N]: two dispatches (IREE fuses
     the relu into the first matmul's)."""
-    def matmul(name, a, b, rows, inner, cols):
-        ty = f"tensor<{rows}x{cols}xf32>"
-        return [f"  %{name}e = tensor.empty() : {ty}",
-                f"  %{name}i = linalg.fill ins(%zero : f32) outs(%{name}e : {ty}) -> {ty}",
-                f"  %{name} = linalg.matmul ins(%{a}, %{b} : tensor<{rows}x{inner}xf32>, "
-                f"tensor<{inner}x{cols}xf32>) outs(%{name}i : {ty}) -> {ty}"]
     hidden = f"tensor<{m}x{h}xf32>"
     return "\n".join([
         f"func.func @main(%x: tensor<{m}x{d}xf32>, %w1: tensor<{d}x{h}xf32>, "
         f"%w2: tensor<{h}x{d}xf32>) -> tensor<{m}x{d}xf32> {{",
         "  %zero = arith.constant 0.0 : f32",
-        *matmul("h", "x", "w1", m, d, h),
+        *_matmul("h", "x", "w1", m, d, h),
         f"  %re = tensor.empty() : {hidden}",
         "  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, "
         "affine_map<(d0, d1) -> (d0, d1)>], iterator_types = [\"parallel\", \"parallel\"]}"
@@ -99,5 +99,5 @@ def probe_program(m: int, d: int, h: int) -> str:
         "    %v = arith.maximumf %a, %zero : f32",
         "    linalg.yield %v : f32",
         f"  }} -> {hidden}",
-        *matmul("y", "r", "w2", m, h, d),
+        *_matmul("y", "r", "w2", m, h, d),
         f"  return %y : tensor<{m}x{d}xf32>", "}"]) + "\n"
