@@ -180,6 +180,9 @@ def test_program_quality_times_every_option_set_and_stores_the_trust(tmp_path, m
     assert set(row["control_noise"]) == {"parallel", "local-sync"}
     assert all(v >= 0.0 for v in row["control_noise"].values())
     assert row["pairs_beyond_control"][1] <= row["pairs"][1]
+    # option sets that compile to one module (aggressive fusion of a lone linear) are timed once
+    assert all(row["measured_s"][twin] == row["measured_s"][first] and first not in row["same_module"]
+               for twin, first in row["same_module"].items())
     # where the batch splits among the cores (2 here and in CI), the split's plans are timed
     # whole too, and their error (against the whole program's pick) is the split's factor
     splits = [k for k in row["measured_s"] if k.startswith(("batch in", "weights in"))]

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend.profile import Profile
-from ..cost.model import (contraction_floor, memory_bound, option_speedup, other_dispatches,
-                          overheads, peak_seconds, transposed_seconds)
+from ..cost.model import (contraction_floor, fused_seconds, memory_bound, option_speedup,
+                          other_dispatches, overheads, peak_seconds, transposed_seconds)
 from .chains import plan_orders
 from ..space.kernels import Kernel, in_layout, same_layout
 from ..space.options import ModuleOptions
@@ -300,6 +300,7 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
     rests: dict[tuple, float] = {}
     # per kernel, its dispatch's bytes streamed once or its FMAs at the core's rate
     floors: dict[tuple, list[float]] = {}
+    fused: dict[tuple, list[float]] = {}  # per kernel, what the ops fused into its dispatch add
     for o in options:
         cores = 1 if o.serial else desc.cores
         profile = profiles[o.formation_flags]
@@ -312,20 +313,21 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
                           + transposed_seconds(profile, desc, cores))
             floors[key] = [max(contraction_floor(_dispatch_of(k, profile), desc, cores),
                                peak_seconds(k, desc, cores)) for k in kernels]
+            fused[key] = [fused_seconds(_dispatch_of(k, profile), k, desc, cores) for k in kernels]
         rest = rests[key]
         if o.keeps_tiles:
-            kernel_time = sum(max(c.predicted[0], f) for c, f in zip(choices, floors[key]))
+            kernel_time = sum(max(c.predicted[0] + x, f) for c, f, x in zip(choices, floors[key], fused[key]))
         else:
-            kernel_time = sum(max(c.default_prediction() / option_speedup(o, desc), f)
-                              for c, f in zip(choices, floors[key]))
+            kernel_time = sum(max(c.default_prediction() / option_speedup(o, desc) + x, f)
+                              for c, f, x in zip(choices, floors[key], fused[key]))
         # the inline driver (and a GPU) pays every dispatch; IREE's CPU executor, the ones it splits
         split = not o.serial and target.driver == "local-task"
         count = profile.split_count if split else profile.dispatch_count
         total = kernel_time + rest + overheads(o, count, desc)
         report.ranked.append(OptionChoice(o, total, tuple(choices)))
         if o.is_default:  # what the trust gate holds every pick against
-            report.default_predicted = (sum(max(c.default_prediction(), f)
-                                            for c, f in zip(by_cores[cores], floors[key]))
+            report.default_predicted = (sum(max(c.default_prediction() + x, f) for c, f, x
+                                            in zip(by_cores[cores], floors[key], fused[key]))
                                         + rest + overheads(o, count, desc))
     report.ranked.sort(key=lambda o: o.predicted)
     tiled = sum(o.keeps_tiles for o in options)

@@ -12,6 +12,7 @@ decision into this host's calibration, and searches from then on hold picks to i
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 
@@ -86,6 +87,9 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
         chosen, chosen_words = taken.plan, taken.words  # search="model" takes the split
     keep, resident, storage = program.timing_layout(target)
     inputs, builders, failed, alone = program.timing_inputs(), {}, [], []
+    # Option sets that change nothing in this program (aggressive fusion where nothing more
+    # fuses) compile to the same module: it is timed once, and a pair of them orders nothing.
+    same, first_of = {}, {}  # a variant -> the one timed in its place; module key -> that one
 
     def compiled(plan):
         return compile_module(program.for_iree(lower(program.module(), plan, target)[1], target),
@@ -106,6 +110,12 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
                 continue
             alone.append(vname)
         parts = (split_of(plan), layouts.get(vname)) if split_of(plan) else ((), None)
+        if not parts[0]:
+            key = (hashlib.sha256(artifact.vmfb).digest(), plan.driver, tuple(sorted(holding(plan).items())))
+            if key in first_of:
+                same[vname] = first_of[key]
+                continue
+            first_of[key] = vname
         builders[vname] = (loaded_call, (artifact, plan.driver, inputs, keep, resident, storage,
                                          *parts, program.entry, holding(plan)))
     # The first variant on each driver again, in processes of its own: that driver's noise
@@ -126,6 +136,7 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
         if again and vname in measured:
             noise[driver] = abs(again - measured[vname]) / min(again, measured[vname])
     failed += [k for k in builders if k not in measured]
+    measured.update({twin: measured[first] for twin, first in same.items() if first in measured})
     if "iree-default" not in measured:
         raise SftError(f"{name}: IREE's default plan could not be timed ({errors_of.get('iree-default')})")
     names = list(measured)
@@ -152,7 +163,7 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
     beyond = ordered_pairs(predicted, seconds, spread)
     limit = max(spread[names.index("iree-default")], spread[names.index(pick)] if pick else 0.0)
     return {"program": name, "predicted_s": dict(zip(names, predicted)), "measured_s": measured,
-            "failed": failed, "contractions_alone": alone, "pairs": [good, total],
+            "failed": failed, "contractions_alone": alone, "same_module": same, "pairs": [good, total],
             "pairs_beyond_control": list(beyond),
             "control_noise": {d or "parallel": v for d, v in noise.items()},
             "raw_pick": raw_pick, "pick": pick, "splits": sorted({f"{p.plan.describe()[0]}" for p in found}),
