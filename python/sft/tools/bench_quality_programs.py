@@ -85,6 +85,8 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
     taken = trusted_split(target, found, report.pick_predicted)
     if taken is not None:
         chosen, chosen_words = taken.plan, taken.words  # search="model" takes the split
+    if all(plan != chosen for plan, _ in variants.values()):  # IREE's default options, one flag on
+        variants["the search's choice"] = (chosen, report.pick_predicted)
     keep, resident, storage = program.timing_layout(target)
     inputs, builders, failed, alone = program.timing_inputs(), {}, [], []
     # Option sets that change nothing in this program (aggressive fusion where nothing more
