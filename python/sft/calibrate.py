@@ -21,7 +21,7 @@ from .cost.model import predict
 from .decisions.cpu_tiles import row_of_iree
 from .errors import SftError
 from .ir import iree_ir, parse, print_module
-from .kernel_fit import (FIT_CANDIDATES, FIT_KERNELS, FIT_ROUNDS, LINEAR, fit_kernel_model,
+from .kernel_fit import (FIT_CANDIDATES, FIT_KERNELS, FIT_ROUNDS, LINEAR, PLAIN, fit_kernel_model,
                          measure_fit_samples)
 from .measure import kernel_inputs, kernel_program
 from .passes.hold_packed import UKERNELS_OFF, HoldPackedPass, block_of
@@ -38,6 +38,9 @@ MATMUL = Kernel(0, (256, 256, 256), ("m", "n", "k"), 4, LINEAR)
 # 2-core Xeon from 256^3 alone, while 1024^3 runs 1.5x and 2.0x faster on both cores), and
 # between 256^3 and 512^3 the executor's per-workgroup costs still hide most of it.
 BIG_MATMUL = Kernel(0, (1024, 1024, 1024), ("m", "n", "k"), 4, LINEAR)
+# Data tiling's speed-ups are read on MATMUL and on this thin one (a weight gradient's shape at
+# batch 8, none of the suite's): `cost.model.option_speedup` interpolates between the two.
+THIN_MATMUL = Kernel(0, (192, 768, 8), ("m", "n", "k"), 4, PLAIN)
 
 SPLIT = 64 << 10  # floats in a dispatch that IREE's executor splits among its workers
 CHAIN_CALLS = 200  # calls a round of the chains (a one-region chain: ~10 us a call)
@@ -225,11 +228,11 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
     stream, l2 = copy_seconds(big), copy_seconds(small)
     in_llc = copy_seconds(middle) if middle else None
 
-    matmul = {}
-    for name, flags in (("default", ()), ("dt", (DATA_TILING,)), ("dt+uk", (DATA_TILING, UKERNELS))):
-        art = compile_module(kernel_program(MATMUL, None), target, flags)
-        matmul[f"{name}/sync"] = Variant(art, SERIAL_DRIVER)
-    m = benchmark(matmul, kernel_inputs(MATMUL), rounds=rounds, progress=progress)
+    m, thin = ({n: Variant(compile_module(kernel_program(kernel, None), target, flags), SERIAL_DRIVER)
+                for n, flags in (("default", ()), ("dt", (DATA_TILING,)), ("dt+uk", (DATA_TILING, UKERNELS)))}
+               for kernel in (MATMUL, THIN_MATMUL))
+    m = benchmark(m, kernel_inputs(MATMUL), rounds=rounds, progress=progress)
+    thin = benchmark(thin, kernel_inputs(THIN_MATMUL), rounds=rounds, progress=progress)
     efficiency, small_matmul, _ = executor_reading(host.cores, rounds, progress)
 
     serial_dispatch = max((tool["chain17/sync"] - tool["chain1/sync"]) / 16, 0.0)
@@ -264,8 +267,10 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         "l2_bandwidth": 2 * small * 4 / max(l2 - tool["chain1/sync"], 1e-9),
         "peak_flops_f32": host.peak_flops_f32 * predicted / work,
         "parallel_efficiency": efficiency,
-        "data_tiling_speedup": m["default/sync"] / m["dt/sync"],
-        "data_tiling_ukernel_speedup": m["default/sync"] / m["dt+uk/sync"],
+        "data_tiling_speedup": m["default"] / m["dt"],
+        "data_tiling_ukernel_speedup": m["default"] / m["dt+uk"],
+        "data_tiling_thin_speedup": thin["default"] / thin["dt"],
+        "data_tiling_ukernel_thin_speedup": thin["default"] / thin["dt+uk"],
         "fma_peak_f32": fma_peak(rounds, progress),
         "packed_speedup": packed_speedup(target, rounds, progress),
     }
@@ -305,9 +310,9 @@ def executor_reading(cores: int, rounds: int, progress=None) -> tuple[float, dic
 def calibration_runs(rounds: int = 7, fit_rounds: int = FIT_ROUNDS) -> int:
     """Progress steps of `calibrate`: benchmark processes, and the fit's compiles."""
     # chains 4, split chains 4 a reading (and the chains' inline 2 in the benchmark tool),
-    # copies 3, the relayout 2, the matmul's option sets 3, the FMA programs, each executor
-    # reading 4 and its probe's 2 in 3 processes, the packed matmuls 2 a shape
-    return (14 + len(FMA_CHAINS) + 14 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES)) * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
+    # copies 3, the relayout 2, the two matmuls' option sets 3 each, the FMA programs, each
+    # executor reading 4 and its probe's 2 in 3 processes, the packed matmuls 2 a shape
+    return (17 + len(FMA_CHAINS) + 14 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES)) * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
 
 
 def calibrate(rounds: int = 7, progress=None, fit_rounds: int = FIT_ROUNDS) -> dict:

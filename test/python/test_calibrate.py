@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from sft import calibrate as cal
+from sft.calibrate import THIN_MATMUL
 from sft import kernel_fit as fit
 from sft.cost.hardware import CpuModelParams, TargetDesc
 from sft.cost.host import AVX2, AVX512
-from sft.cost.model import predict
+from sft.cost.model import THIN_EXTENT, predict
 from sft.space.tiles import tile_space
 from sft.targets import host as host_target
 
@@ -72,6 +73,7 @@ def test_the_fit_kernels_are_not_the_suites():
              (8, 256, 16, 256), (128, 768, 256), (16, 64, 64, 32), (16, 64, 32, 64),
              (128, 256, 256), (128, 1024, 256)}
     assert not suite & {k.domain for k in fit.FIT_KERNELS}
+    assert THIN_MATMUL.domain not in suite and min(THIN_MATMUL.domain) == THIN_EXTENT
     assert any(k.b_transposed for k in fit.FIT_KERNELS) and not all(k.b_transposed for k in fit.FIT_KERNELS)
     assert fit.sample_indices(500) == fit.sample_indices(500)  # fixed and seeded
     assert fit.sample_indices(500)[0] == 0 and len(fit.sample_indices(500)) == fit.FIT_CANDIDATES

@@ -149,6 +149,25 @@ def test_what_a_contraction_dispatch_fuses_is_streamed_after_its_kernel():
     assert heavy.default_predicted == pytest.approx(light.default_predicted + extra)
 
 
+def test_data_tilings_speed_up_follows_the_kernels_smallest_extent():
+    # Read on 256^3 and on a K = 8 matmul; between them, in the log of the smallest extent.
+    from sft.cost.model import option_speedup
+
+    desc = dataclasses.replace(HOST, data_tiling_speedup=1.14, data_tiling_thin_speedup=0.75,
+                   data_tiling_ukernel_speedup=1.10, data_tiling_ukernel_thin_speedup=0.35)
+    dt, uk = ModuleOptions(data_tiling=True), ModuleOptions(data_tiling=True, ukernels=True)
+    square = Kernel(0, (256, 256, 256), ("m", "n", "k"), 4, ())
+    thin = Kernel(0, (256, 1024, 8), ("m", "n", "k"), 4, ())
+    between = Kernel(0, (32, 768, 192), ("m", "n", "k"), 4, ())
+    assert option_speedup(dt, desc, square) == pytest.approx(1.14)
+    assert option_speedup(dt, desc, thin) == pytest.approx(0.75)
+    assert option_speedup(uk, desc, thin) == pytest.approx(0.35)
+    assert option_speedup(dt, desc, between) == pytest.approx(0.75 + 0.39 * 0.4)
+    assert option_speedup(ModuleOptions(), desc, thin) == 1.0
+    unmeasured = dataclasses.replace(desc, data_tiling_thin_speedup=0.0)
+    assert option_speedup(dt, unmeasured, thin) == option_speedup(dt, unmeasured) == 1.14
+
+
 def test_a_relayout_dispatch_costs_more_than_streaming_its_bytes():
     from sft.cost.model import memory_bound
 

@@ -102,6 +102,11 @@ class TargetDesc:
     # `sft-calibrate` on the host; 1.0 where unknown).
     data_tiling_speedup: float = 1.0
     data_tiling_ukernel_speedup: float = 1.0
+    # The same on a thin contraction (K = 8, a weight gradient at batch 8), where packing costs
+    # more than the packed kernel gains (a 2-core Zen 4: 0.75 where 256^3 reads 1.14); 0: not
+    # measured, the speed-ups above apply to every shape (`cost.model.option_speedup`)
+    data_tiling_thin_speedup: float = 0.0
+    data_tiling_ukernel_thin_speedup: float = 0.0
     # CPU: how much faster a matmul runs with its weight held packed (`passes.hold_packed`, the
     # packs of its input and result included) than held [K, N] at IREE's code; `sft-calibrate`
     # measures it (1.0: not measured, and nothing is packed by the model)

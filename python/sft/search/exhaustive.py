@@ -318,8 +318,8 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
         if o.keeps_tiles:
             kernel_time = sum(max(c.predicted[0] + x, f) for c, f, x in zip(choices, floors[key], fused[key]))
         else:
-            kernel_time = sum(max(c.default_prediction() / option_speedup(o, desc) + x, f)
-                              for c, f, x in zip(choices, floors[key], fused[key]))
+            kernel_time = sum(max(c.default_prediction() / option_speedup(o, desc, k) + x, f)
+                              for k, c, f, x in zip(kernels, choices, floors[key], fused[key]))
         # the inline driver (and a GPU) pays every dispatch; IREE's CPU executor, the ones it splits
         split = not o.serial and target.driver == "local-task"
         count = profile.split_count if split else profile.dispatch_count
