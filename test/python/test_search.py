@@ -149,6 +149,23 @@ def test_what_a_contraction_dispatch_fuses_is_streamed_after_its_kernel():
     assert heavy.default_predicted == pytest.approx(light.default_predicted + extra)
 
 
+def test_a_weight_held_k_by_n_whose_rows_share_l1s_sets_is_read_again_from_l2():
+    # x @ W with W held [256, 1024] f32: its rows 4 KiB apart fall in the same L1 sets, so its
+    # panel is gone before the next register block reads it (32x1024x256 on one Zen 4 core:
+    # 191 us where its FMAs take 145); 1040 floats apart they spread over the sets.
+    plain = tuple(f"affine_map<{m}>" for m in ("(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d2, d1)",
+                                               "(d0, d1, d2) -> (d0, d1)"))
+    desc = dataclasses.replace(HOST, l1_ways=8, cpu=dataclasses.replace(HOST.cpu, overlap=0.5))
+    ways = dataclasses.replace(desc, l1_ways=1 << 12)  # as if every row had a set of its own
+    for n, aliased in ((1024, True), (1040, False)):
+        kernel = Kernel(0, (32, n, 256), ("m", "n", "k"), 4, plain)
+        rows = tile_space(kernel, isa=host_isa()).candidates
+        rows = rows[rows[:, 0] > rows[:, 2]]  # blocks that walk a panel more than once
+        shared, own = predict(kernel, rows, desc, 1), predict(kernel, rows, ways, 1)
+        assert (shared >= own).all()
+        assert (shared > own).any() == aliased
+
+
 def test_data_tilings_speed_up_follows_the_kernels_smallest_extent():
     # Read on 256^3 and on a K = 8 matmul; between them, in the log of the smallest extent.
     from sft.cost.model import option_speedup

@@ -129,14 +129,23 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: i
     blocks = b * _ceil_div(m, vm) * _ceil_div(n, vn)
     steps = _ceil_div(k, vk)
     cycles = blocks * (k * per_k + steps * p.step_cycles)
+    # no schedule issues FMAs faster than the core does: what memory adds comes on top of that
+    # (candidates the model puts beyond it keep their order, a hair below it)
+    floor = peak_seconds(kernel, target, 1) / speedup
     compute = cycles * cycle / speedup
+    compute = np.where(compute < floor, floor + BEYOND_PEAK_ORDER * (compute - floor), compute)
 
     # L2 -> L1: a workgroup reads its dm x K panel of A and K x dn panel of B; a panel that does
     # not stay in L1 is read again for every register block that walks it (B once per vm rows,
     # A once per vn columns).
     a_panel, b_panel = dm * k * nbytes, k * dn * nbytes
     a_reads = np.where(a_panel <= target.l1_bytes, 1.0, _ceil_div(dn, vn))
-    b_reads = np.where(b_panel <= target.l1_bytes, 1.0, _ceil_div(dm, vm))
+    b_fits = b_panel <= target.l1_bytes
+    if not kernel.b_transposed:
+        # B [K, N] read a row segment a k: rows a multiple of L1's set span apart (N = 1024 f32,
+        # 4 KiB) share its sets, and past its ways the panel is gone before the next block
+        b_fits = b_fits & (rows_per_set(k, n * kernel.operand_bytes, target) <= target.l1_ways)
+    b_reads = np.where(b_fits, 1.0, _ceil_div(dm, vm))
     if kernel.b_transposed:
         # B read across its rows: a step touches vn cache lines and uses vk elements of each;
         # once a block's vn x K strip outgrows L1 the lines are gone before the next step.
@@ -153,10 +162,7 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: i
 
     memory = np.maximum(from_l2, from_dram)
     exposed = (1.0 - p.overlap) * np.minimum(compute, memory)
-    seconds = np.maximum(compute, memory) + exposed + waves * target.workgroup_overhead
-    floor = peak_seconds(kernel, target, 1) / speedup
-    # candidates the model puts beyond the peak keep their order, a hair below the floor
-    return np.where(seconds < floor, floor + BEYOND_PEAK_ORDER * (seconds - floor), seconds)
+    return np.maximum(compute, memory) + exposed + waves * target.workgroup_overhead
 
 
 BEYOND_PEAK_ORDER = 1e-3
