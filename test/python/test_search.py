@@ -155,7 +155,8 @@ def test_a_weight_held_k_by_n_whose_rows_share_l1s_sets_is_read_again_from_l2():
     # 191 us where its FMAs take 145); 1040 floats apart they spread over the sets.
     plain = tuple(f"affine_map<{m}>" for m in ("(d0, d1, d2) -> (d0, d2)", "(d0, d1, d2) -> (d2, d1)",
                                                "(d0, d1, d2) -> (d0, d1)"))
-    desc = dataclasses.replace(HOST, l1_ways=8, cpu=dataclasses.replace(HOST.cpu, overlap=0.5))
+    desc = dataclasses.replace(HOST, l1_bytes=32 << 10, l1_ways=8,  # whatever this host's L1
+                               cpu=dataclasses.replace(HOST.cpu, overlap=0.5))
     ways = dataclasses.replace(desc, l1_ways=1 << 12)  # as if every row had a set of its own
     for n, aliased in ((1024, True), (1040, False)):
         kernel = Kernel(0, (32, n, 256), ("m", "n", "k"), 4, plain)
@@ -171,7 +172,7 @@ def test_data_tilings_speed_up_follows_the_kernels_smallest_extent():
     from sft.cost.model import option_speedup
 
     desc = dataclasses.replace(HOST, data_tiling_speedup=1.14, data_tiling_thin_speedup=0.75,
-                   data_tiling_ukernel_speedup=1.10, data_tiling_ukernel_thin_speedup=0.35)
+                               data_tiling_ukernel_speedup=1.10, data_tiling_ukernel_thin_speedup=0.35)
     dt, uk = ModuleOptions(data_tiling=True), ModuleOptions(data_tiling=True, ukernels=True)
     square = Kernel(0, (256, 256, 256), ("m", "n", "k"), 4, ())
     thin = Kernel(0, (256, 1024, 8), ("m", "n", "k"), 4, ())

@@ -232,8 +232,8 @@ def contraction_floor(dispatch: Dispatch | None, target: TargetDesc, cores: int)
 
 def fused_seconds(dispatch: Dispatch | None, kernel: Kernel, target: TargetDesc, cores: int) -> float:
     """What the ops IREE fuses into a contraction's dispatch add to its kernel's time: the bytes
-    the dispatch binds beyond the kernel's operands and result (and beyond its transposed reads,
-    `transposed_seconds`'), streamed at the rate of where the dispatch's buffers live, after the
+    the dispatch binds beyond the kernel's operands and result (its transposed reads are
+    `transposed_seconds`'s), streamed at the rate of where the dispatch's buffers live, after the
     kernel rather than under it. A training step's weight gradient at batch 8 (256x1024x8, 4
     MFLOP) that also updates the weight and its moment (4.2 MB bound) took 100-107 us on one
     core of a Zen 4 VM: its kernel alone is predicted 54 and its bytes stream in 51."""

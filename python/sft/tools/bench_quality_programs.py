@@ -112,14 +112,15 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
                 continue
             alone.append(vname)
         parts = (split_of(plan), layouts.get(vname)) if split_of(plan) else ((), None)
+        held = holding(plan)
         if not parts[0]:
-            key = (hashlib.sha256(artifact.vmfb).digest(), plan.driver, tuple(sorted(holding(plan).items())))
+            key = (hashlib.sha256(artifact.vmfb).digest(), plan.driver, tuple(sorted(held.items())))
             if key in first_of:
                 same[vname] = first_of[key]
                 continue
             first_of[key] = vname
         builders[vname] = (loaded_call, (artifact, plan.driver, inputs, keep, resident, storage,
-                                         *parts, program.entry, holding(plan)))
+                                         *parts, program.entry, held))
     # The first variant on each driver again, in processes of its own: that driver's noise
     # floor (on a 2-core VM the parallel executor's times differ between processes far more
     # than the inline driver's).
