@@ -187,8 +187,10 @@ def test_program_quality_times_every_option_set_and_stores_the_trust(tmp_path, m
     # whole too, and their error (against the whole program's pick) is the split's factor
     splits = [k for k in row["measured_s"] if k.startswith(("batch in", "weights in"))]
     assert bool(splits) == bool(row["splits"])
-    assert all(kinds in (["split"], ["weights"]) for kinds, _ in row["errors"]
+    assert all(kinds in (["split"], ["weights"]) for kinds, _, _ in row["errors"]
                if "split" in kinds or "weights" in kinds)
+    # each error carries its pair's noise: the larger of the two drivers' control spreads
+    assert all(noise >= 0.03 for _, _, noise in row["errors"])
     if splits:
         assert {"split", "weights"} & set(json.loads(out.read_text())["summary"]["trust_factors"])
     trust = host().trust

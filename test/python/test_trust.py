@@ -54,6 +54,14 @@ def test_measured_factors_take_each_kind_worst_error_above_noise():
                                          "ukernels": 1.5}
 
 
+def test_measured_factors_count_errors_beyond_their_pairs_noise():
+    # a parallel plan 1.3x slower than predicted where two processes of one module read 30%
+    # apart is within the measurement's noise; 1.56x is 1.2x beyond it
+    assert measured_factors([(("driver",), 1.3, 0.3)]) == {"driver": 1.03}
+    assert measured_factors([(("driver",), 1.56, 0.3), (("tiles",), 1.1, 0.0)]) == pytest.approx(
+        {"driver": 1.2, "tiles": 1.1})
+
+
 def test_the_search_keeps_iree_default_where_no_pick_is_trusted():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))

@@ -79,17 +79,22 @@ class Trust:
         return predicted * self.required(plan)
 
 
-def measured_factors(samples: list[tuple[tuple[str, ...], float]]) -> dict[str, float]:
+def measured_factors(samples: list[tuple]) -> dict[str, float]:
     """Per kind, the factor the samples measured. A sample is (decision kinds of a plan,
-    error): its measured time over IREE default's measured time, divided by the same ratio of
-    predictions (above 1: slower than the model said). A kind takes the worst error of the
-    plans that decide it alone, or where no plan does, of all the plans that decide it (an
-    error is not pinned on tiles that a plan's fusion caused); never below `NOISE`. Kinds no
-    sample has are left out."""
+    error, noise): its measured time over IREE default's measured time, divided by the same
+    ratio of predictions (above 1: slower than the model said), and the spread two processes of
+    one module showed on the pair's drivers (0.3: 30%; a 2-tuple: none). The error counts only
+    beyond that noise (error / (1 + noise)): a taken worst of raw errors is the executor's
+    luck, and grows with the samples (on a 2-core Zen 4 VM the parallel executor's controls
+    read 10-35% apart; the driver's worst raw error 1.34-1.98 over four runs of the same
+    programs, tiles' 1.29-1.72). A kind takes the worst of the plans that decide it alone, or
+    where no plan does, of all the plans that decide it (an error is not pinned on tiles that a
+    plan's fusion caused); never below `NOISE`. Kinds no sample has are left out."""
     worst: dict[str, float] = {}
-    alone = {kinds[0] for kinds, _ in samples if len(kinds) == 1}
-    for kinds, error in samples:
+    alone = {sample[0][0] for sample in samples if len(sample[0]) == 1}
+    for kinds, error, *noise in samples:
+        beyond = error / (1.0 + (noise[0] if noise else 0.0))
         for kind in kinds:
             if kind not in alone or len(kinds) == 1:
-                worst[kind] = max(worst.get(kind, NOISE), error)
+                worst[kind] = max(worst.get(kind, NOISE), beyond)
     return worst

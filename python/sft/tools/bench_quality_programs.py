@@ -148,7 +148,13 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
     raw_pick = names[int(np.argmin(predicted))]
     pick = next((n for n in names if variants[n][0] == chosen), None)
     default_p, default_m = report.default_predicted, measured["iree-default"]
-    errors = [(decision_kinds(variants[n][0]), (measured[n] / default_m) / (variants[n][1] / default_p))
+    # Two processes of one module differ by the control's spread: pairs closer than that (the
+    # larger of the two variants' drivers') are not ordered by the measurement, and a pick is
+    # slower than the default only beyond it; each error carries its pair's spread (the trust
+    # factors count it beyond that). A driver whose control failed orders nothing.
+    noise_of = {n: max(NOISE, noise.get(variants[n][0].driver, 1.0)) for n in names}
+    errors = [(decision_kinds(variants[n][0]), (measured[n] / default_m) / (variants[n][1] / default_p),
+               max(noise_of[n], noise_of["iree-default"]))
               for n in names if n != "iree-default" and n not in splits]
     # a split is weighed against the whole program's pick (`trusted_split`): its error is
     # measured against that pick's, the part's own decisions (tiles, rewrites) on both sides
@@ -156,12 +162,10 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
                 "iree-default")  # (where the gate kept IREE's default, the pick is the default)
     if base in measured:
         kind = lambda plan: ("weights",) if plan.weight_split else ("split",)  # noqa: E731
-        errors += [(kind(variants[n][0]), (measured[n] / measured[base]) / (variants[n][1] / report.pick_predicted))
+        errors += [(kind(variants[n][0]), (measured[n] / measured[base]) / (variants[n][1] / report.pick_predicted),
+                    max(noise_of[n], noise_of[base]))
                    for n in names if n in splits]
-    # Two processes of one module differ by the control's spread: pairs closer than that (the
-    # larger of the two variants' drivers') are not ordered by the measurement, and a pick is
-    # slower than the default only beyond it. A driver whose control failed orders nothing.
-    spread = [max(NOISE, noise.get(variants[n][0].driver, 1.0)) for n in names]
+    spread = [noise_of[n] for n in names]
     good, total = ordered_pairs(predicted, seconds)
     beyond = ordered_pairs(predicted, seconds, spread)
     limit = max(spread[names.index("iree-default")], spread[names.index(pick)] if pick else 0.0)
@@ -201,8 +205,9 @@ def program_quality(models: list[str], rounds: int, calls: int, store: bool = Fa
               f"{spread:>9}{f'{good_n}/{total_n}':>8}{row['regret']:>7.2f}x"
               f"{row['raw_pick_over_default']:>14.2f}x{row['pick_over_default']:>10.2f}x  "
               f"{row['chosen'][:70]}", flush=True)
-        for kinds, error in sorted(row["errors"], key=lambda e: -e[1])[:3]:
-            print(f"    worst: {'+'.join(kinds) or '-':<32} measured/predicted vs IREE {error:.2f}x")
+        for kinds, error, noise in sorted(row["errors"], key=lambda e: -e[1])[:3]:
+            print(f"    worst: {'+'.join(kinds) or '-':<32} measured/predicted vs IREE {error:.2f}x "
+                  f"(noise {noise:.0%})")
     good = sum(r["pairs"][0] for r in rows)
     total = sum(r["pairs"][1] for r in rows)
     good_n = sum(r["pairs_beyond_control"][0] for r in rows)
