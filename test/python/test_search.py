@@ -8,6 +8,7 @@ import torch
 
 import sft
 from sft.cost.model import bandwidth, fused_seconds, predict
+from sft.cost.trust import KINDS, Trust
 from sft.decisions import TileConfig
 from sft.decisions.cpu_tiles import IREE_DEFAULT
 from sft.cost.hardware import TargetDesc
@@ -540,10 +541,13 @@ def test_a_pick_whose_fusion_fails_falls_back_to_the_next_option_set_with_its_ti
     from sft.space.options import FORMATION_FLAGS
 
     program = prepare(sft.models.MLP().eval(), (torch.randn(32, 256),))[0]
-    _, report = search_plan(program.sft_text, get_target("host"))
+    host = get_target("host")
+    believing = dataclasses.replace(host, trust=Trust(tuple((k, 1.0) for k in KINDS), "test"))
+    _, report = search_plan(program.sft_text, believing)
     fused = next(o for o in report.ranked if o.options.formation_flags and o.options.keeps_tiles)
     failed = option_plan(report, fused)
-    found = _fallbacks(report, failed)
+    default_predicted, report.default_predicted = report.default_predicted, float("inf")
+    found = _fallbacks(report, failed, believing)  # (every option set taken over the default)
     formed = [plan for _, plan in found if set(fused.options.formation_flags) <= set(plan.flags)]
     assert formed == [dataclasses.replace(failed, tiles=())]  # the failed set itself, untiled
     tiled = [(name, plan) for name, plan in found if plan.tiles]
@@ -551,6 +555,12 @@ def test_a_pick_whose_fusion_fails_falls_back_to_the_next_option_set_with_its_ti
     option = next(o for o in report.ranked if o.options.describe() == tiled[0][0].removesuffix(", its tiles"))
     assert tiled[0][1] == option_plan(report, option)
     assert set(fused.options.formation_flags) <= set(FORMATION_FLAGS)
+    # the trust gate holds for the fallbacks too: where it takes no option set over IREE's
+    # default, only the failed pick untiled is tried before IREE's default itself
+    doubting = dataclasses.replace(host, trust=Trust(tuple((k, 1e6) for k in KINDS), "test"))
+    report.default_predicted = default_predicted
+    assert _fallbacks(report, failed, doubting) == [(fused.options.describe(),
+                                                      dataclasses.replace(failed, tiles=()))]
 
 
 def test_a_plan_that_does_not_apply_falls_back_like_one_iree_refuses(tmp_path, monkeypatch):

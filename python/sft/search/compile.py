@@ -48,7 +48,7 @@ def compile_program(program: Program, module, target: Target, plan: Plan | None 
         # the next option sets the model ranked (`_fallbacks`), then IREE's own choice.
         # last, IREE's default as the search would take it (reductions reassociated), then bare
         defaults = dict.fromkeys([Plan(flags=target.options[0].flags), Plan()])
-        for name, fallback in [*_fallbacks(report, plan), *(("iree-default", p) for p in defaults)]:
+        for name, fallback in [*_fallbacks(report, plan, target), *(("iree-default", p) for p in defaults)]:
             try:
                 lowered, planned, artifact = _lower_and_compile(program.module(), fallback, target,
                                                                 seconds, program)
@@ -67,13 +67,16 @@ def compile_program(program: Program, module, target: Target, plan: Plan | None 
     return plan, report, lowered, planned, artifact
 
 
-def _fallbacks(report: SearchReport, failed: Plan, count: int = 4) -> list[tuple[str, Plan]]:
+def _fallbacks(report: SearchReport, failed: Plan, target: Target, count: int = 4
+               ) -> list[tuple[str, Plan]]:
     """(name, plan) to try when `failed` does not compile, best ranked first, each with the
     search's graph rewrites: the failed option set itself untiled where it had tiles, then
     option sets without its dispatch-forming flags (what fails is mostly a dispatch IREE's
     codegen cannot take: aggressive fusion past the stack limit, in every set that has it),
     each with its own searched tiles and then without (a CNN training step whose aggressive
-    fusion failed ran untiled where its next option set's tiles were priced)."""
+    fusion failed ran untiled where its next option set's tiles were priced). Only option sets
+    the trust gate would take over IREE's default (`Target.trust`): a GPT-2 block's training
+    step whose pick failed ran the next ranked, untrusted set at 0.68x IREE's default."""
     failed_formation = {f for f in failed.flags if f in FORMATION_FLAGS}
     found = {}
     alone = contractions_alone(report, failed)
@@ -83,7 +86,9 @@ def _fallbacks(report: SearchReport, failed: Plan, count: int = 4) -> list[tuple
         o = option.options
         untiled = failed.tiles and (o.flags, o.driver) == (failed.flags, failed.driver)
         forms_failed = failed_formation <= set(o.formation_flags)  # what failed, maybe more
-        if forms_failed and not untiled:
+        trusted = (target.trust.pessimistic(option_plan(report, option), option.predicted)
+                   < report.default_predicted)
+        if (forms_failed and not untiled) or not (trusted or untiled):
             continue
         f32 = all(c.precision == "f32" for c in option.kernels)  # (casts renumber low-precision ones)
         tiled = () if untiled or not f32 else ((f"{o.describe()}, its tiles", option_plan(report, option)),)
