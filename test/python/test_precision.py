@@ -2,6 +2,7 @@
 contraction kernel (inputs rounded, f32 accumulation), recorded in the plan and said in the
 report, never silent; the default "f32" changes nothing."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -112,3 +113,18 @@ def test_precision_is_validated(mlp):
         compile_program(program, program.module(), get_target("host"), search="verify", precision="bf16")
     with pytest.raises(SftError, match="not a contraction of f32 inputs"):
         sft.compile(*mlp[:2], plan=Plan(low_precision=((0, "bf16"),)))
+
+
+def test_a_low_precision_pick_that_fails_falls_back_to_plans_the_gate_takes(mlp, tmp_path, monkeypatch):
+    """A bf16 search's pick that iree-compile refuses: its fallbacks are judged by the trust
+    gate as they were ranked (low precision among their decisions), without the casts' op ids
+    that only the pick's own plan has."""
+    from sft.search.compile import _fallbacks
+
+    monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path))
+    target = get_target("cuda:sm_90")
+    plan, report = search_plan(mlp[2].sft_text, target, precision="bf16")
+    assert any(c.precision != "f32" for o in report.ranked for c in o.kernels)
+    failed = dataclasses.replace(plan, flags=(*plan.flags, "--iree-no-such-flag"))
+    found = _fallbacks(report, failed, target)
+    assert all(isinstance(p, Plan) and p != failed for _, p in found)

@@ -557,8 +557,11 @@ def test_a_pick_whose_fusion_fails_falls_back_to_the_next_option_set_with_its_ti
     assert set(fused.options.formation_flags) <= set(FORMATION_FLAGS)
     # the trust gate holds for the fallbacks too: where it takes no option set over IREE's
     # default, only the failed pick untiled is tried before IREE's default itself
-    doubting = dataclasses.replace(host, trust=Trust(tuple((k, 1e6) for k in KINDS), "test"))
     report.default_predicted = default_predicted
+    taken = {o.options.describe() for o in report.ranked if o.predicted < default_predicted}
+    assert all(name.removesuffix(", its tiles") in taken | {fused.options.describe()}
+               for name, _ in _fallbacks(report, failed, believing))
+    doubting = dataclasses.replace(host, trust=Trust(tuple((k, 1e6) for k in KINDS), "test"))
     assert _fallbacks(report, failed, doubting) == [(fused.options.describe(),
                                                       dataclasses.replace(failed, tiles=()))]
 

@@ -75,8 +75,9 @@ def _fallbacks(report: SearchReport, failed: Plan, target: Target, count: int = 
     codegen cannot take: aggressive fusion past the stack limit, in every set that has it),
     each with its own searched tiles and then without (a CNN training step whose aggressive
     fusion failed ran untiled where its next option set's tiles were priced). Only option sets
-    the trust gate would take over IREE's default (`Target.trust`): a GPT-2 block's training
-    step whose pick failed ran the next ranked, untrusted set at 0.68x IREE's default."""
+    the trust gate takes over IREE's default (`Target.trust`, each judged as it was ranked:
+    with its tiles), and the failed one: a GPT-2 block's training step whose pick failed ran
+    the next ranked, untrusted set at 0.68x IREE's default."""
     failed_formation = {f for f in failed.flags if f in FORMATION_FLAGS}
     found = {}
     alone = contractions_alone(report, failed)
@@ -86,11 +87,13 @@ def _fallbacks(report: SearchReport, failed: Plan, target: Target, count: int = 
         o = option.options
         untiled = failed.tiles and (o.flags, o.driver) == (failed.flags, failed.driver)
         forms_failed = failed_formation <= set(o.formation_flags)  # what failed, maybe more
-        trusted = (target.trust.pessimistic(option_plan(report, option), option.predicted)
-                   < report.default_predicted)
+        f32 = all(c.precision == "f32" for c in option.kernels)  # (casts renumber low-precision ones)
+        # the gate judges an option set as it was ranked: its tiles, low precision, prediction
+        low = tuple((c.kernel.op_id, c.precision) for c in option.kernels if c.precision != "f32")
+        ranked = option_plan(report, option) if f32 else plan_of(report, o, (), low)
+        trusted = target.trust.pessimistic(ranked, option.predicted) < report.default_predicted
         if (forms_failed and not untiled) or not (trusted or untiled):
             continue
-        f32 = all(c.precision == "f32" for c in option.kernels)  # (casts renumber low-precision ones)
         tiled = () if untiled or not f32 else ((f"{o.describe()}, its tiles", option_plan(report, option)),)
         for name, plan in (*tiled, (o.describe(), plan_of(report, o))):
             if plan != failed and plan not in found.values():

@@ -150,11 +150,14 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
     default_p, default_m = report.default_predicted, measured["iree-default"]
     # Two processes of one module differ by the control's spread: pairs closer than that (the
     # larger of the two variants' drivers') are not ordered by the measurement, and a pick is
-    # slower than the default only beyond it; each error carries its pair's spread (the trust
-    # factors count it beyond that). A driver whose control failed orders nothing.
-    noise_of = {n: max(NOISE, noise.get(variants[n][0].driver, 1.0)) for n in names}
+    # slower than the default only beyond it. A driver whose control failed orders nothing.
+    spread_of = {n: max(NOISE, noise.get(variants[n][0].driver, 1.0)) for n in names}
+    # each error carries its pair's spread, which the trust factors discount (one whose control
+    # failed counts whole: a missing measurement never makes the model more trusted)
+    pair_noise = lambda a, b: max(noise.get(variants[a][0].driver, 0.0),  # noqa: E731
+                                  noise.get(variants[b][0].driver, 0.0))
     errors = [(decision_kinds(variants[n][0]), (measured[n] / default_m) / (variants[n][1] / default_p),
-               max(noise_of[n], noise_of["iree-default"]))
+               pair_noise(n, "iree-default"))
               for n in names if n != "iree-default" and n not in splits]
     # a split is weighed against the whole program's pick (`trusted_split`): its error is
     # measured against that pick's, the part's own decisions (tiles, rewrites) on both sides
@@ -163,9 +166,9 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
     if base in measured:
         kind = lambda plan: ("weights",) if plan.weight_split else ("split",)  # noqa: E731
         errors += [(kind(variants[n][0]), (measured[n] / measured[base]) / (variants[n][1] / report.pick_predicted),
-                    max(noise_of[n], noise_of[base]))
+                    pair_noise(n, base))
                    for n in names if n in splits]
-    spread = [noise_of[n] for n in names]
+    spread = [spread_of[n] for n in names]
     good, total = ordered_pairs(predicted, seconds)
     beyond = ordered_pairs(predicted, seconds, spread)
     limit = max(spread[names.index("iree-default")], spread[names.index(pick)] if pick else 0.0)
