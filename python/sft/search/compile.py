@@ -94,7 +94,7 @@ def _fallbacks(report: SearchReport, failed: Plan, target: Target, count: int = 
         trusted = target.trust.pessimistic(ranked, option.predicted) < report.default_predicted
         if (forms_failed and not untiled) or not (trusted or untiled):
             continue
-        tiled = () if untiled or not f32 else ((f"{o.describe()}, its tiles", option_plan(report, option)),)
+        tiled = () if untiled or not f32 else ((f"{o.describe()}, its tiles", ranked),)
         for name, plan in (*tiled, (o.describe(), plan_of(report, o))):
             if plan != failed and plan not in found.values():
                 found[name] = plan
