@@ -170,3 +170,34 @@ def test_the_cut_grows_from_one_weight_by_what_the_proof_needs_cut_too(name, mak
     got = compiled(x)
     assert got.shape == expected.shape and got.dtype == expected.dtype
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_split_that_cannot_beat_the_pick_is_not_searched():
+    """search="model" searches a split's part only where the split's least possible prediction
+    (`split_floor`: the whole's best on one thread shared among the parts, plus the split's
+    own cost), trusted as its kind is, could beat the whole program's pick."""
+    from sft.cost.trust import Trust
+    from sft.passes.hold_transposed import fixed_state
+    from sft.passes.split_batch import split_layout, split_of
+    from sft.search.batch_split import shared_seconds, split_floor
+    from sft.search.strategy import search_plan, split_search
+
+    torch.manual_seed(2)
+    model, x = MLP().eval(), torch.randn(8, 256)
+    program, _ = prepare(model, (x,))
+    target = _two_cores(get_target("host"))
+    report = search_plan(program.sft_text, target, "f32", fixed_state(program.signature))[1]
+    every = [p for p in split_search(program, target) if p.plan.weight_split]
+    assert every
+    value = every[0].plan.weight_split
+    split = split_of(Plan(weight_split=value))
+    floor = split_floor(report.serial_predicted, value[0], shared_seconds(program, split, target),
+                        split_layout(program.module(), split))
+    assert 0 < floor <= min(p.predicted for p in every)  # a floor, on this program
+    # a trust the floor already fails: nothing searched; one it passes: the same picks
+    trust = lambda factor: Trust(tuple({**dict(target.trust.factors), "weights": factor}.items()))  # noqa: E731
+    doubting, believing = (trust(f * report.pick_predicted / floor) for f in (1.01, 0.99))
+    assert not [p for p in split_search(program, dataclasses.replace(target, trust=doubting), whole=report)
+                if p.plan.weight_split]
+    kept = split_search(program, dataclasses.replace(target, trust=believing), whole=report)
+    assert [p.plan for p in kept if p.plan.weight_split] == [p.plan for p in every]

@@ -77,6 +77,9 @@ class SearchReport:
     # the chosen plan's predicted seconds (IREE default's where the trust gate keeps it): what
     # an alternative to that plan (a batch split) must beat by the alternative's own trust
     pick_predicted: float = math.inf
+    # the least predicted on one thread among every rewrite's option sets (held weights packed
+    # where priced faster so): the most a split's part could take off it (`split_search`)
+    serial_predicted: float = math.inf
 
     @property
     def as_formed(self) -> float:

@@ -11,6 +11,7 @@ plan.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -40,8 +41,8 @@ from ..targets import Target
 from ..tuning_db import TuningDB
 from ..values import updated_results
 from ..passes.split_batch import split_layout, split_of
-from .batch_split import (SplitPick, batch_split_of, part_text, shared_seconds, split_picks,
-                          trusted_split, weight_split_of)
+from .batch_split import (SplitPick, batch_split_of, part_text, shared_seconds, split_floor,
+                          split_picks, trusted_split, weight_split_of)
 from .candidates import each_alone, packed_option, plan_of
 from .chains import choose_orders, plan_orders
 from .exhaustive import SearchReport, search_program
@@ -185,6 +186,8 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
         rewrite = WRITTEN
     report = reports[rewrite]
     report.add_alternatives(reports)
+    report.serial_predicted = min((_least_serial(r, casts[e], target) for e, r in reports.items()),
+                                  default=math.inf)
     report.im2col, report.split = convs, sums
     # The model is believed only as far as it was measured right (`Target.trust`): each option
     # set's plan is scored at its predicted time scaled by its kinds' trust factors, IREE's
@@ -204,6 +207,17 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
         words.insert(1, "IREE's kernel configs (the cost model has no timings for this device)")
     report.chosen = "; ".join(words)
     return plan, report
+
+
+def _least_serial(report: SearchReport, casts: dict, target: Target) -> float:
+    """The least predicted seconds of `report`'s option sets on one thread, each also priced
+    with the weights it holds packed (`packed_option`)."""
+    least = math.inf
+    for option in report.ranked:
+        if option.options.serial:
+            twin = packed_option(report, option, option_plan(report, option, casts), target)
+            least = min(least, (twin or (option,))[0].predicted)
+    return least
 
 
 def _take_profiles(keys: list, variants: dict, target: Target, profiles: dict, alone: dict) -> None:
@@ -274,9 +288,16 @@ def _db_key(target: Target, precision: str) -> str:
     return key + (f"-{precision}" if precision != "f32" else "")
 
 
-def split_search(program: Program, target: Target, precision: str = "f32") -> list[SplitPick]:
+def split_search(program: Program, target: Target, precision: str = "f32",
+                 whole: SearchReport | None = None) -> list[SplitPick]:
     """The splits of `program` (its batch's, its weights'), each part's program searched too:
-    their `split_picks`, best predicted first; [] where none is offered."""
+    their `split_picks`, best predicted first; [] where none is offered.
+
+    `whole`: the whole program's search report, where only a split the trust gate could take
+    over its pick is wanted (search="model"): a split whose least possible prediction
+    (`split_floor`), scaled by its kind's trust factor, does not beat the pick is not searched.
+    The part's search is IREE's profiles over again: GPT-2 small's weight split was 6 of the
+    search's 15 iree-compile runs, and predicted 1.76x the pick."""
     if precision != "f32":
         return []
     found = []
@@ -286,11 +307,14 @@ def split_search(program: Program, target: Target, precision: str = "f32") -> li
             continue
         split = split_of(Plan(**{field: value}))
         layout = split_layout(program.module(), split, updated_results(program.signature))
+        shared = shared_seconds(program, split, target)
+        if whole and target.trust.pessimistic(Plan(**{field: value}), split_floor(
+                whole.serial_predicted, value[0], shared, layout)) >= whole.pick_predicted:
+            continue
         # join functions take the parameters they read as the user has them
         held = tuple(a for a in fixed_state(program.signature) if a not in layout.join_args)
         part_report = search_plan(part_text(program, split), target, precision, held)[1]
-        found += split_picks(part_report, value, option_plan, target,
-                             shared_seconds(program, split, target), layout, field)
+        found += split_picks(part_report, value, option_plan, target, shared, layout, field)
     return sorted(found, key=lambda pick: pick.predicted)
 
 
@@ -316,7 +340,7 @@ def searched_plan(program: Program, target: Target, search: str,
     farm = connect(farm) if search == "verify" else None  # before the search: fail fast
     fixed = fixed_state(program.signature)
     plan, report = search_plan(program.sft_text, target, precision, fixed)
-    found = split_search(program, target, precision)
+    found = split_search(program, target, precision, report if search == "model" else None)
     extra = {pick.name: (pick.plan, pick.layout) for pick in found}  # the splits verify times
     if found:
         best = trusted_split(target, found, report.pick_predicted)
