@@ -183,9 +183,9 @@ def split_floor(whole_serial: float, parts: int, shared: float, layout: SplitLay
     """The least a split's plan can be predicted before its part is searched: the whole
     program's best prediction on one thread (`whole_serial`) shared evenly among the parts, or
     `shared` (`shared_seconds`), whichever is longer, and the split's own cost (`split_cost`).
-    A part does at least its share of the whole's work, in kernels no larger than the whole's:
-    the part searched came out 1.43-2.38x that share in eight bench models on a 2-core Zen 4
-    VM (each part repeats what is not cut, and pays a dispatch's launch whole)."""
+    A part does at least its share of the whole's work, in kernels no larger than the whole's
+    (and repeats what is not cut, and pays each dispatch's launch whole): on a 2-core Zen 4
+    VM the splits of nine bench models searched came out 1.01-2.38x their floor."""
     return max(whole_serial / parts, shared) + split_cost(parts, layout)
 
 
