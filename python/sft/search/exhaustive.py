@@ -78,7 +78,7 @@ class SearchReport:
     # an alternative to that plan (a batch split) must beat by the alternative's own trust
     pick_predicted: float = math.inf
     # the least predicted on one thread among every rewrite's option sets (held weights packed
-    # where priced faster so): the most a split's part could take off it (`split_search`)
+    # where priced faster so): what a split's parts could at best share (`split_search`)
     serial_predicted: float = math.inf
 
     @property

@@ -184,10 +184,9 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
     rewrite = min(reports, key=lambda e: reports[e].as_formed)
     if reports[rewrite].as_formed > written * (1.0 - REWRITE_MARGIN):
         rewrite = WRITTEN
-    serial = min(_least_serial(r, casts[e], target) for e, r in reports.items())
     for r in reports.values():
         r.add_alternatives(reports)
-        r.im2col, r.split, r.serial_predicted = convs, sums, serial
+        r.im2col, r.split = convs, sums
     # The model is believed only as far as it was measured right (`Target.trust`): an option
     # set's plan, of the program as written or of any rewrite, is taken only where its
     # predicted time scaled by its kinds' trust factors still beats IREE's default's
@@ -201,6 +200,10 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
              for e, r in reports.items() for option in r.ranked]
     plans += [(r, *twin) for r, option, plan in plans
               if (twin := packed_option(r, option, plan, target))]
+    # the least predicted on one thread, packed twins included: what a split's part could share
+    serial = min((o.predicted for _, o, _ in plans if o.options.serial), default=math.inf)
+    for r in reports.values():
+        r.serial_predicted = serial
     found = trusted_pick(plans, reports[WRITTEN].default_predicted, target.trust)
     if found is None:
         # the nearest to being trusted, for the words
@@ -227,17 +230,6 @@ def trusted_pick(plans: list[tuple], default_predicted: float, trust) -> tuple |
     trusted = [found for found in plans if found[2] == Plan()
                or trust.pessimistic(found[2], found[1].predicted) < default_predicted]
     return min(trusted, key=lambda found: found[1].predicted, default=None)
-
-
-def _least_serial(report: SearchReport, casts: dict, target: Target) -> float:
-    """The least predicted seconds of `report`'s option sets on one thread, each also priced
-    with the weights it holds packed (`packed_option`)."""
-    least = math.inf
-    for option in report.ranked:
-        if option.options.serial:
-            twin = packed_option(report, option, option_plan(report, option, casts), target)
-            least = min(least, (twin or (option,))[0].predicted)
-    return least
 
 
 def _take_profiles(keys: list, variants: dict, target: Target, profiles: dict, alone: dict) -> None:
