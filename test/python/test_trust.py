@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import sft
-from sft.cost.trust import KINDS, UNMEASURED, Trust, decision_kinds, measured_factors
+from sft.cost.trust import KEPT_RUNS, KINDS, UNMEASURED, Trust, decision_kinds, measured_factors, stored_after
 from sft.decisions import TileConfig
 from sft.program import prepare
 from sft.search.strategy import search_plan
@@ -134,3 +134,27 @@ def test_stored_trust_reaches_the_host_target_and_its_key(tmp_path, monkeypatch)
         store_trust({"factors": {"driver": -1}})
     data = json.loads(calibration_file().read_text())
     assert [h["trust"]["factors"] for h in data["hosts"].values()] == [{"driver": 1.7}]
+    stored = store_trust({"factors": {"driver": 1.2, "tiles": 1.1}, "source": "again"})
+    assert stored["factors"] == {"driver": 1.7, "tiles": 1.1}  # the worst of both runs
+    assert dict(host().trust.factors)["driver"] == 1.7 and host().trust.source == stored["source"]
+
+
+def test_a_stored_factor_is_the_worst_of_the_last_runs():
+    """One run's worst error beyond its controls moves between runs: the factor stored is the
+    worst of the last `KEPT_RUNS` runs (a kind one run did not measure keeps the others'), and
+    a run older than those no longer counts."""
+    old = {"factors": {"driver": 1.31, "tiles": 1.03}, "source": "a"}  # stored before runs were kept
+    runs = [{"factors": {"tiles": 1.34, "formation": 1.10}, "source": "b"},
+            {"factors": {"driver": 1.05, "tiles": 1.03}, "source": "c"},
+            {"factors": {"driver": 1.04, "tiles": 1.04, "formation": 1.03}, "source": "d"}]
+    stored = old
+    for run in runs:
+        stored = stored_after(stored, run)
+    assert KEPT_RUNS == 3 and [r["source"] for r in stored["runs"]] == ["b", "c", "d"]
+    assert stored["factors"] == {"tiles": 1.34, "formation": 1.10, "driver": 1.05}  # a's 1.31 gone
+    assert stored["source"] == "worst of 3 runs, the last d"
+    assert stored_after(None, runs[0]) == {**runs[0], "runs": [runs[0]]}
+    trust = Trust.from_stored(stored)
+    plan = sft.Plan(flags=(AGGRESSIVE_FUSION,), driver="local-sync")
+    assert trust.required(plan) == 1.10
+    assert trust.takes(plan, 0.9, 1.0) and not trust.takes(plan, 0.91, 1.0)

@@ -8,8 +8,9 @@ tiling, im2col), micro-kernels, kernel tiles, graph rewrites (parameters held tr
 among them). Each kind has a factor: the predicted speed-up over IREE's default a plan needs
 before it is believed. The factors are measured by `sft-bench quality --programs --store`
 (per kind, the worst of measured over predicted time, relative to IREE's default, over every
-option set of held-out programs) and stored with the host's calibration; where never
-measured, `UNMEASURED` holds them high. The driver is where predictions went most wrong
+option set of held-out programs) and stored with the host's calibration, each the worst of
+the last `KEPT_RUNS` runs stored (`stored_after`); where never measured, `UNMEASURED` holds
+them high. The driver is where predictions went most wrong
 before: one executor number calibrated on one small matmul sent a 2-core Zen 4 host's programs
 to one thread (0.78x IREE's default, geomean).
 """
@@ -33,6 +34,11 @@ KINDS = ("driver", "formation", "ukernels", "tiles", "rewrites", "split", "weigh
 UNMEASURED = {"driver": 1.30, "formation": 1.20, "ukernels": 1.20, "tiles": 1.05, "rewrites": 1.03,
               "split": 1.30, "weights": 1.30, "packed": 1.10}
 NOISE = 1.03  # a measured factor is never below the run-to-run noise of a program's time
+# A stored factor is the worst of this many runs' (the newest included): one run's worst error
+# beyond its controls moved 1.0-1.3x between runs an hour apart on a 2-core Zen 4 VM (tiles
+# read 1.03, then 1.34), and a 1.03 let a plan predicted 3.1% faster than IREE's default through
+# that then measured 1.36x slower (the 256-1024-256 MLP at batch 8, aggressive fusion).
+KEPT_RUNS = 3
 
 
 def decision_kinds(plan) -> tuple[str, ...]:
@@ -77,6 +83,27 @@ class Trust:
     def pessimistic(self, plan, predicted: float) -> float:
         """`predicted` seconds as far as they are trusted: scaled by the kinds' factors."""
         return predicted * self.required(plan)
+
+    def takes(self, plan, predicted: float, over: float) -> bool:
+        """Whether `plan`, predicted `predicted` seconds, is taken over what is predicted to
+        run `over` seconds otherwise (IREE's default, or the whole program's pick): its
+        prediction scaled by its kinds' factors still beats it."""
+        return self.pessimistic(plan, predicted) < over
+
+
+def stored_after(stored: dict | None, run: dict) -> dict:
+    """The trust to store once a run measured `run` ({"factors": {kind: factor}, "source"}),
+    `stored` being what the host had: the last `KEPT_RUNS` runs ("runs", the newest last) and
+    per kind the worst of them ("factors"; a kind one run did not measure takes the others')."""
+    previous = (stored or {}).get("runs") or ([stored] if (stored or {}).get("factors") else [])
+    runs = [*previous, run][-KEPT_RUNS:]
+    factors: dict[str, float] = {}
+    for kept in runs:
+        for kind, factor in kept["factors"].items():
+            factors[kind] = max(factors.get(kind, factor), factor)
+    source = run["source"] if len(runs) == 1 else f"worst of {len(runs)} runs, the last {run['source']}"
+    return {"factors": factors, "source": source,
+            "runs": [{"factors": r["factors"], "source": r["source"]} for r in runs]}
 
 
 def measured_factors(samples: list[tuple]) -> dict[str, float]:

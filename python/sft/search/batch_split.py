@@ -199,4 +199,4 @@ def trusted_split(target: Target, found: list[SplitPick], pick_predicted: float)
     if not found:
         return None
     best = min(found, key=lambda pick: target.trust.pessimistic(pick.plan, pick.predicted))
-    return best if target.trust.pessimistic(best.plan, best.predicted) < pick_predicted else None
+    return best if target.trust.takes(best.plan, best.predicted, pick_predicted) else None

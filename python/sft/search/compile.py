@@ -91,7 +91,7 @@ def _fallbacks(report: SearchReport, failed: Plan, target: Target, count: int = 
         # the gate judges an option set as it was ranked: its tiles, low precision, prediction
         low = tuple((c.kernel.op_id, c.precision) for c in option.kernels if c.precision != "f32")
         ranked = option_plan(report, option) if f32 else plan_of(report, o, (), low)
-        trusted = target.trust.pessimistic(ranked, option.predicted) < report.default_predicted
+        trusted = target.trust.takes(ranked, option.predicted, report.default_predicted)
         if (forms_failed and not untiled) or not (trusted or untiled):
             continue
         tiled = () if untiled or not f32 else ((f"{o.describe()}, its tiles", ranked),)

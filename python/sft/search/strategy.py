@@ -228,7 +228,7 @@ def trusted_pick(plans: list[tuple], default_predicted: float, trust) -> tuple |
     default's prediction (IREE's default options themselves, untiled, always count); None
     where none does."""
     trusted = [found for found in plans if found[2] == Plan()
-               or trust.pessimistic(found[2], found[1].predicted) < default_predicted]
+               or trust.takes(found[2], found[1].predicted, default_predicted)]
     return min(trusted, key=lambda found: found[1].predicted, default=None)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..cost.hardware import CpuModelParams, TargetDesc
 from ..cost.host import cpu_signature, host_cores, host_isa, read_caches
-from ..cost.trust import Trust
+from ..cost.trust import Trust, stored_after
 from ..paths import cache_dir, warn_once
 from ..space.options import SERIAL_DRIVER, cpu_option_space
 from .base import KEEP_F64, Target
@@ -105,13 +105,16 @@ def store_calibration(calibration: dict) -> None:
                                              indent=2, sort_keys=True))
 
 
-def store_trust(trust: dict) -> None:
-    """Write measured trust factors ({"factors": {kind: factor}, "source": ...}, `cost/trust.py`)
-    into this host's calibration, kept beside whatever sft-calibrate measured (or alone, where
-    it never ran: the model's numbers stay the detected ones)."""
-    Trust.from_stored(trust)  # refuses factors that do not read
+def store_trust(run: dict) -> dict:
+    """Write one run's measured trust factors ({"factors": {kind: factor}, "source": ...},
+    `cost/trust.py`) into this host's calibration, each stored factor the worst of the last
+    runs' (`stored_after`), kept beside whatever sft-calibrate measured (or alone, where it never
+    ran: the model's numbers stay the detected ones). Returns the trust stored."""
+    Trust.from_stored(run)  # refuses factors that do not read
     found = this_host_calibration() or {"identity": calibration_identity()}
+    trust = stored_after(found.get("trust"), run)
     store_calibration({**found, "trust": trust})
+    return trust
 
 
 # Fields earlier calibrations stored that this sft no longer models: `ukernel_speedup`, IREE's

@@ -238,7 +238,8 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--programs", action="store_true",
                    help="quality: whole programs (option sets) instead of kernels (tiles)")
     p.add_argument("--store", action="store_true",
-                   help="quality --programs: store the measured trust factors for this host")
+                   help="quality --programs: store the measured trust factors for this host "
+                        "(each the worst of the last three runs stored)")
     p.add_argument("--targets", default="host", help="comma-separated targets (plans)")
     p.add_argument("--compare", metavar="JSON", help="plans: a file an earlier run wrote with --json")
     p.add_argument("--json", metavar="FILE", help="write every number as JSON")

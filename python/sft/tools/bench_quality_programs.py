@@ -7,7 +7,8 @@ one process per variant, medians). Scored: pairwise accuracy of the predicted or
 of the model's raw pick, and the search's actual choice (after the trust gate, cost/trust.py)
 against IREE's default. Each option set's error relative to IREE's default (measured ratio over
 predicted ratio) is what the trust gate needs: `--store` writes the worst error per kind of
-decision into this host's calibration, and searches from then on hold picks to it.
+decision into this host's calibration (the worst of the last `KEPT_RUNS` runs stored), and
+searches from then on hold picks to it.
 """
 
 from __future__ import annotations
@@ -232,6 +233,8 @@ def program_quality(models: list[str], rounds: int, calls: int, store: bool = Fa
           "default (below 1: faster); raw pick: the model's best predicted, ungated")
     if store:
         source = f"measured {time.strftime('%Y-%m-%d')} on {', '.join(models)}"
-        store_trust({"factors": factors, "source": source})
-        print(f"trust factors stored for this host ({source}): searches from now on use them")
+        stored = store_trust({"factors": factors, "source": source})
+        print(f"trust factors stored for this host ({stored['source']}): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in sorted(stored["factors"].items()))
+              + "; searches from now on use them")
     return {"rows": rows, "summary": summary}
