@@ -394,6 +394,31 @@ def test_profile_reads_packed_dispatches_and_their_packs():
     assert not any(d.packed for d in profile(text, HOST_TARGET).dispatches)
 
 
+def test_profiles_resumed_from_one_global_optimization_are_the_profiles(tmp_path, monkeypatch):
+    """Profiles of one text under formation flags that leave IREE's global optimization alone
+    (aggressive fusion, data tiling) resume from one run of it, and read what a compile from
+    the start reads: the same dispatches, buffers and default configs."""
+    from sft.backend import iree
+    from sft.space.options import AGGRESSIVE_FUSION, DATA_TILING
+
+    case = SUITE["mlp"]
+    text = sft.api.linalg_of(case.build(), case.inputs())[0]
+    flag_sets = [(), (AGGRESSIVE_FUSION,), (DATA_TILING,), (AGGRESSIVE_FUSION, DATA_TILING)]
+    monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path / "whole"))
+    whole = [iree.profile(text, HOST_TARGET, flags) for flags in flag_sets]
+    runs = []
+    real = iree._run_compile
+    monkeypatch.setattr(iree, "_run_compile", lambda args, timeout=None: (runs.append(args), real(args, timeout)))
+    monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path / "resumed"))
+    resumed = iree.profiles([(text, flags) for flags in flag_sets], HOST_TARGET, workers=2)
+    assert [p.to_json() for p in resumed] == [p.to_json() for p in whole]
+    assert sum("--compile-to=global-optimization" in a for a in runs) == 1
+    assert sum("--compile-from=global-optimization" in a for a in runs) == len(flag_sets) == len(runs) - 1
+    runs.clear()
+    assert [p.to_json() for p in iree.profiles([(text, ())], HOST_TARGET)] == [whole[0].to_json()]
+    assert runs == []  # cached: nothing compiled again
+
+
 @pytest.mark.parametrize("body, expected", [
     ("cache_parallel = [32, 64, 0], distribution = [32, 64, 0], vector_common_parallel = [8, 8, 0], "
      "vector_reduction = [0, 0, 8]", ((32, 64, 0), (8, 8, 0), (0, 0, 8))),

@@ -1,4 +1,4 @@
 """The only code that runs iree-compile, benchmarks or touches devices."""
 
-from .iree import Artifact, compile_module, profile  # noqa: F401
+from .iree import Artifact, compile_module, profile, profiles  # noqa: F401
 from .runtime import load  # noqa: F401

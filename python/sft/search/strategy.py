@@ -14,11 +14,10 @@ import json
 import math
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
-from ..backend import profile
+from ..backend import profile, profiles
 from ..backend.farm import connect
 from ..cost.trust import decision_kinds
 from ..errors import IllegalPlan, SftError
@@ -49,17 +48,9 @@ from .exhaustive import SearchReport, search_program
 
 
 def _profiles(requests: list[tuple[str, tuple[str, ...]]], target: Target) -> list:
-    """IREE's profile of each (program text, dispatch-forming flags), compiled side by side:
-    each is a separate iree-compile process, and a search needs up to eight of them. None
-    where IREE fails under those flags (its aggressive fusion fails on training graphs)."""
-    def one(request):
-        try:
-            return profile(request[0], target, request[1])
-        except SftError:  # IREE cannot form this program's dispatches under these flags
-            return None
-
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        return list(pool.map(one, requests))
+    """IREE's profile of each (program text, dispatch-forming flags), side by side on this
+    host's cores (`backend.profiles`); None where IREE fails under those flags."""
+    return profiles(requests, target, os.cpu_count() or 1)
 
 
 def iree_view(module, target: Target, options) -> tuple[list, dict]:
