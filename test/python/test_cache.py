@@ -253,3 +253,16 @@ def test_an_empty_cache_variable_means_the_default_folder(monkeypatch, tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(paths.CACHE_ENV, "")
     assert paths.cache_dir() == tmp_path / ".cache" / "sft"
+
+
+def test_one_program_compiled_twice_is_one_module(cache_at, tmp_path):
+    """iree-compile names its input's path in a module's debug information, and each compile
+    reads from a scratch folder of its own: the bytes differ, the module digest does not, and
+    a flag that changes the code changes it."""
+    cache_at(tmp_path / "c")
+    target = get_target("host")
+    first = iree.compile_module(MATMUL, target, use_cache=False).vmfb
+    second = iree.compile_module(MATMUL, target, use_cache=False).vmfb
+    assert first != second and cache.module_digest(first) == cache.module_digest(second)
+    other = iree.compile_module(MATMUL, target, ("--iree-llvmcpu-target-cpu=generic",), use_cache=False)
+    assert cache.module_digest(other.vmfb) != cache.module_digest(first)

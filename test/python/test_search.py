@@ -341,8 +341,13 @@ def test_model_and_verify_search_keep_numerics(monkeypatch):
         np.testing.assert_allclose(compiled(*inputs).numpy(), expected, rtol=1e-4, atol=1e-5)
     measured = compiled.search.measured
     assert measured["program iree-default"] is not None  # IREE's default timed beside the rest
-    timed = {k.removeprefix("program ") for k in measured if k.startswith("program ")}
-    assert len(together) == 1 and together[0] == timed and "iree-default" in timed
+    named = {k.removeprefix("program ") for k in measured if k.startswith("program ")}
+    assert len(together) == 1 and together[0] <= named and "iree-default" in together[0]
+    # option sets that change nothing in one matmul (aggressive fusion) compile to the module
+    # of another candidate: timed once, each name given that time
+    shared = named - together[0]
+    assert shared and all(measured[f"program {n}"] in {measured[f"program {t}"] for t in together[0]}
+                          for n in shared)
     kernel = compiled.search.choices[0].kernel
     # the kernel alone, under IREE's default and the candidates, measured (none failed here)
     assert measured[f"op {kernel.op_id} candidate 0"] is not None

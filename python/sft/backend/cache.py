@@ -63,6 +63,27 @@ def valid_vmfb(data: bytes) -> bool:
     return b"IREE" in (body[4:8], body[8:12])
 
 
+# iree-compile writes the path of the file it read into a module's debug information, and each
+# compile reads from a scratch folder of its own (`paths.scratch_dir`: sft-<pid>-<random>)
+_SCRATCH_INPUT = re.compile(rb"sft-\d+-[^/\x00]+/in\.mlir")
+
+
+def module_digest(data: bytes) -> bytes:
+    """What a compiled module runs, as a digest: two compiles of one program under flags that
+    change nothing in it (reassociation where nothing reduces) give one digest, though their
+    bytes differ in the scratch folder named in their debug information and in the zip's
+    checksums over it."""
+    h = hashlib.sha256()
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = [(name, archive.read(name)) for name in archive.namelist()]
+    except (zipfile.BadZipFile, ValueError, EOFError, OSError):
+        members = [("", data)]  # a bare FlatBuffer
+    for name, body in members:
+        h.update(name.encode() + b"\0" + _SCRATCH_INPUT.sub(b"in.mlir", body) + b"\0")
+    return h.digest()
+
+
 def _touch(*paths: Path) -> None:
     """Mark entries used now, for least-recently-used eviction (atime is not reliable)."""
     for path in paths:

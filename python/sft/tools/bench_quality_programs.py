@@ -13,7 +13,6 @@ searches from then on hold picks to it.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 
@@ -54,6 +53,7 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
     """Every ranked option set of one program and IREE's default: predicted and measured, each
     in `processes` processes of its own (the median of theirs)."""
     from ..backend import compile_module
+    from ..backend.cache import module_digest
     from ..backend.timing import loaded_call, time_in_processes
     from ..cost.trust import decision_kinds
     from ..errors import SftError
@@ -115,7 +115,7 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
         parts = (split_of(plan), layouts.get(vname)) if split_of(plan) else ((), None)
         held = holding(plan)
         if not parts[0]:
-            key = (hashlib.sha256(artifact.vmfb).digest(), plan.driver, tuple(sorted(held.items())))
+            key = (module_digest(artifact.vmfb), plan.driver, tuple(sorted(held.items())))
             if key in first_of:
                 same[vname] = first_of[key]
                 continue
