@@ -235,8 +235,7 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
             report.measured[f"program {name}"] = None
             continue
         plan = candidates[name]
-        key = (module_digest(result.vmfb), plan.driver, split_of(plan) or (),
-               tuple(sorted(holding(plan).items())))
+        key = module_key(result.vmfb, plan)
         if key in first_of:  # flags that change nothing here: its time would be the other's
             timed_as[name] = first_of[key]  # plus noise (9% between the processes of one module)
             continue
@@ -273,6 +272,13 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
     best = least_asking(ok, plans, _significant_best(ok, "iree-default"))
     report.chosen = best
     return plans[best]
+
+
+def module_key(vmfb: bytes, plan: Plan) -> tuple:
+    """What two candidates share where timing one times the other: the module they compile to
+    (`module_digest`), the driver that runs it, its split and the arguments held packed or
+    transposed."""
+    return module_digest(vmfb), plan.driver, split_of(plan) or (), tuple(sorted(holding(plan).items()))
 
 
 def least_asking(seconds: dict, plans: dict, best: str) -> str:

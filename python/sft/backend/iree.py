@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,14 @@ def _compiler_input(tmp: Path, text: str) -> Path:
     except OSError as err:
         raise SftError(f"cannot write iree-compile's input in {tmp}: {err.strerror or err}") from None
     return src
+
+
+def _written_text(out: Path) -> str:
+    """The program iree-compile wrote to `out`; an SftError where it wrote none it exited 0."""
+    try:
+        return out.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise SftError(f"iree-compile exited 0 but wrote no readable program ({err})") from None
 
 
 def _dispatch_count(stats: Path) -> int:
@@ -169,10 +178,7 @@ def profile(text: str, target: Target, flags: tuple[str, ...] = (),
         resume = (f"--compile-from={GLOBAL_OPT}",) if optimized else ()
         _run_compile([str(src), "-o", str(out), *target.flags, *flags, *resume,
                       "--compile-to=executable-configurations"], timeout)
-        try:
-            configured = out.read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            raise SftError(f"iree-compile exited 0 but wrote no readable program ({err})") from None
+        configured = _written_text(out)
     # A whole module: a `module` line (after any attribute aliases) and its closing brace.
     if not (re.search(r"^module\b", configured, re.M) and configured.rstrip().endswith("}")):
         raise SftError(f"iree-compile exited 0 but wrote no valid program ({len(configured)} chars)")
@@ -185,15 +191,12 @@ def global_optimized(text: str, target: Target, flags: tuple[str, ...] = (),
                      timeout: float | None = None) -> str:
     """`text` compiled as far as IREE's global optimization under `flags`' global-opt flags
     (`GLOBAL_OPT_FLAGS`): what `profile(..., optimized=)` resumes from. A GPT-2 small program
-    took 0.38 s so, and a profile 0.62 s from there against 0.98 s from the start."""
+    took 0.38 s to get there, and a profile 0.62 s from there against 0.98 s from the start."""
     with scratch_dir() as tmp:
         src, out = _compiler_input(tmp, target.module_text(text)), tmp / "out.mlir"
         _run_compile([str(src), "-o", str(out), *target.flags,
                       *(f for f in flags if f in GLOBAL_OPT_FLAGS), f"--compile-to={GLOBAL_OPT}"], timeout)
-        try:
-            return out.read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            raise SftError(f"iree-compile exited 0 but wrote no readable program ({err})") from None
+        return _written_text(out)
 
 
 def profiles(requests: list[tuple[str, tuple[str, ...]]], target: Target, workers: int = 1) -> list:
@@ -205,11 +208,8 @@ def profiles(requests: list[tuple[str, tuple[str, ...]]], target: Target, worker
     def group(request):
         return request[0], tuple(f for f in request[1] if f in GLOBAL_OPT_FLAGS)
 
-    todo = [r for r in requests if cache.read_profile(_profile_key(r[0], target, r[1])) is None]
-    counts = {}
-    for request in dict.fromkeys(todo):
-        counts[group(request)] = counts.get(group(request), 0) + 1
-    shared = [g for g, n in counts.items() if n > 1]
+    todo = dict.fromkeys(r for r in requests if cache.read_profile(_profile_key(r[0], target, r[1])) is None)
+    shared = [key for key, n in Counter(map(group, todo)).items() if n > 1]
 
     def optimize(key):
         try:
@@ -238,7 +238,4 @@ def convert_input(text: str, input_type: str, timeout: float | None = None) -> s
         src, out = _compiler_input(tmp, text), tmp / "out.mlir"
         _run_compile([str(src), "-o", str(out), f"--iree-input-type={input_type}", KEEP_F64,
                       "--compile-to=input"], timeout)
-        try:
-            return out.read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            raise SftError(f"iree-compile exited 0 but wrote no readable program ({err})") from None
+        return _written_text(out)

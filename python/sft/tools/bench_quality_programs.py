@@ -53,10 +53,10 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
     """Every ranked option set of one program and IREE's default: predicted and measured, each
     in `processes` processes of its own (the median of theirs)."""
     from ..backend import compile_module
-    from ..backend.cache import module_digest
     from ..backend.timing import loaded_call, time_in_processes
     from ..cost.trust import decision_kinds
     from ..errors import SftError
+    from ..measure import module_key
     from ..passes.hold_transposed import fixed_state, holding
     from ..passes.split_batch import split_of
     from ..plan import Plan
@@ -115,7 +115,7 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
         parts = (split_of(plan), layouts.get(vname)) if split_of(plan) else ((), None)
         held = holding(plan)
         if not parts[0]:
-            key = (module_digest(artifact.vmfb), plan.driver, tuple(sorted(held.items())))
+            key = module_key(artifact.vmfb, plan)
             if key in first_of:
                 same[vname] = first_of[key]
                 continue
