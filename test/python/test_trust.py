@@ -154,6 +154,8 @@ def test_a_stored_factor_is_the_worst_of_the_last_runs():
     assert stored["factors"] == {"tiles": 1.34, "formation": 1.10, "driver": 1.05}  # a's 1.31 gone
     assert stored["source"] == "worst of 3 runs, the last d"
     assert stored_after(None, runs[0]) == {**runs[0], "runs": [runs[0]]}
+    unreadable = {"runs": [{"factors": {"tiles": "high"}}, {"factors": None}, "x", runs[0]]}
+    assert stored_after(unreadable, runs[1])["runs"] == [runs[0], runs[1]]  # the bad ones dropped
     trust = Trust.from_stored(stored)
     plan = sft.Plan(flags=(AGGRESSIVE_FUSION,), driver="local-sync")
     assert trust.required(plan) == 1.10

@@ -95,15 +95,25 @@ def stored_after(stored: dict | None, run: dict) -> dict:
     """The trust to store once a run measured `run` ({"factors": {kind: factor}, "source"}),
     `stored` being what the host had: the last `KEPT_RUNS` runs ("runs", the newest last) and
     per kind the worst of them ("factors"; a kind one run did not measure takes the others')."""
-    previous = (stored or {}).get("runs") or ([stored] if (stored or {}).get("factors") else [])
-    runs = [*previous, run][-KEPT_RUNS:]
+    stored = stored if isinstance(stored, dict) else {}
+    previous = stored.get("runs") or ([stored] if stored.get("factors") else [])
+    runs = [*(r for r in previous if _readable(r)), run][-KEPT_RUNS:]
     factors: dict[str, float] = {}
     for kept in runs:
         for kind, factor in kept["factors"].items():
             factors[kind] = max(factors.get(kind, factor), factor)
     source = run["source"] if len(runs) == 1 else f"worst of {len(runs)} runs, the last {run['source']}"
     return {"factors": factors, "source": source,
-            "runs": [{"factors": r["factors"], "source": r["source"]} for r in runs]}
+            "runs": [{"factors": r["factors"], "source": r.get("source", "")} for r in runs]}
+
+
+def _readable(run) -> bool:
+    """Whether a stored run reads as factors (a hand-edited file's that do not are dropped)."""
+    try:
+        Trust.from_stored(run)
+        return isinstance(run.get("factors"), dict) and isinstance(run.get("source", ""), str)
+    except (ValueError, TypeError, AttributeError):
+        return False
 
 
 def measured_factors(samples: list[tuple]) -> dict[str, float]:
