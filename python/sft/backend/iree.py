@@ -208,8 +208,9 @@ def profiles(requests: list[tuple[str, tuple[str, ...]]], target: Target, worker
     def group(request):
         return request[0], tuple(f for f in request[1] if f in GLOBAL_OPT_FLAGS)
 
-    todo = dict.fromkeys(r for r in requests if cache.read_profile(_profile_key(r[0], target, r[1])) is None)
-    shared = [key for key, n in Counter(map(group, todo)).items() if n > 1]
+    cached = {r: cache.read_profile(_profile_key(r[0], target, r[1])) for r in dict.fromkeys(requests)}
+    shared = [key for key, n in Counter(group(r) for r, found in cached.items() if found is None).items()
+              if n > 1]
 
     def optimize(key):
         try:
@@ -218,6 +219,8 @@ def profiles(requests: list[tuple[str, tuple[str, ...]]], target: Target, worker
             return None
 
     def one(request):
+        if cached[request] is not None:
+            return cached[request]
         try:
             return profile(request[0], target, request[1], optimized=optimized.get(group(request)))
         except SftError:
