@@ -22,19 +22,13 @@ def _plan(which: str):
 def model_call(name: str, which: str):
     """A builder: the suite model's call; `which` "iree", a search mode or a fixed plan."""
     from sft.api import compile as sft_compile
-    from sft.backend import compile_module, load
     from sft.models import BENCH_SUITE, LARGE_SUITE
-    from sft.program import import_model
-    from sft.targets import get_target
-    from sft.values import to_numpy
+    from sft.tools.bench import _iree_default
 
+    if which == "iree":  # IREE alone on torch-mlir's import, as sft-bench speed's column
+        return _iree_default(name)
     case = {**BENCH_SUITE, **LARGE_SUITE}[name]
     model, inputs = case.build(), case.inputs()
-    if which == "iree":  # IREE alone on torch-mlir's import, the state uploaded once (as bench.py)
-        text, _, _, state = import_model(model, inputs)
-        fn = load(compile_module(text, get_target("host")))
-        arguments = [fn.upload(to_numpy(v)) for v in state.values()] + [x.numpy() for x in inputs]
-        return lambda: fn(*arguments)
     plan = _plan(which)
     compiled = sft_compile(model, inputs, plan=plan, search="none" if plan else which)
     arrays = [x.numpy() for x in inputs]

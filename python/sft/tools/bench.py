@@ -51,13 +51,14 @@ def _torch(name: str, compiled: bool):
 
 
 def _iree_default(name: str):
-    """IREE alone on torch-mlir's import (the model's state uploaded once, as sft does)."""
+    """IREE alone on torch-mlir's import (the model's state uploaded once, as sft does); `name`
+    a model of the speed suite or of the large ones."""
     from ..backend import compile_module, load
     from ..targets import get_target
     from ..program import import_model
     from ..values import to_numpy
 
-    case = BENCH_SUITE[name]
+    case = {**BENCH_SUITE, **LARGE_SUITE}[name]
     model, inputs = case.build(), case.inputs()
     text, _, _, state = import_model(model, inputs)
     fn = load(compile_module(text, get_target("host")))
