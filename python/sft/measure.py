@@ -29,7 +29,7 @@ from .passes.hold_packed import packed_twin
 from .passes.hold_transposed import holding
 from .passes.split_batch import split_of
 from .plan import Plan
-from .search.candidates import TOP_OPTIONS, contractions_alone, program_candidates
+from .search.candidates import TOP_OPTIONS, program_candidates
 from .search.exhaustive import KernelChoice, SearchReport
 from .space.kernels import Kernel
 from .space.options import REASSOCIATE
@@ -163,9 +163,8 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            progress=None, keep: tuple[int, ...] = (), resident: tuple[int, ...] = (),
            storage: tuple = (), farm=None, extra: dict | None = None) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles;
-    the best of each driver, fusion and convolution strategy among them; a packed one IREE cannot
-    compile with its contractions alone) and IREE's default, all timed side by side in each of
-    two processes; candidates that compile to one module are timed once, under the first name
+    the best of each driver, fusion, packing and convolution strategy among them) and IREE's
+    default, all timed side by side in each of two processes; candidates that compile to one module are timed once, under the first name
     (IREE's default before the option sets that change nothing in the program).
     `lower_plan(plan)` gives the program text a plan compiles from. Programs are timed on
     `inputs` as the compiled object calls them: those at `resident` (the model's state, donated
@@ -212,22 +211,6 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
         except SftError:
             report.measured[f"program {name}"] = None
     built = compile_all(jobs, target, farm)
-    # a packed plan IREE could not compile goes again with its contractions in dispatches of
-    # their own (`contractions_alone`)
-    retry = {}
-    for name in list(jobs):
-        alone = contractions_alone(report, candidates[name]) if isinstance(built[name], SftError) else None
-        if alone is None:
-            continue
-        candidates[f"{name}, contractions alone"] = alone
-        layouts[f"{name}, contractions alone"] = layouts.get(name)
-        try:
-            retry[f"{name}, contractions alone"] = (
-                lower_plan(dataclasses.replace(alone, flags=(), driver="")), alone.iree_flags)
-        except SftError:
-            report.measured[f"program {name}, contractions alone"] = None
-    if retry:
-        built.update(compile_all(retry, target, farm))
     timed_as = {}  # a candidate -> the one timed in its place: both compiled to one module
     first_of = {}
     for name, result in built.items():

@@ -381,10 +381,9 @@ def test_profile_reads_iree_dispatches_and_default_configs(cpu):
 
 
 def test_profile_reads_packed_dispatches_and_their_packs():
-    """Under data tiling IREE's view holds its packs (`encode` dispatches, counted among the
-    dispatches) and packed contractions, each with the buffers it writes: an inference MLP's
-    write one each (a training step's weight gradients write two: `test_train.py::
-    test_packed_contractions_alone_train_like_torch`)."""
+    """Under data tiling IREE's view holds its packs and unpacks (relayouts, counted among the
+    dispatches) and its packed contractions (`mmt4d`), each read as the matmul it computes
+    (its extents padded to the inner tile: what a kernel's `domain` finds)."""
     from sft.backend import profile
     from sft.space.options import DATA_TILING
 
@@ -392,17 +391,32 @@ def test_profile_reads_packed_dispatches_and_their_packs():
     text = sft.api.linalg_of(case.build(), case.inputs())[0]
     packed = profile(text, HOST_TARGET, flags=(DATA_TILING,))
     matmuls = [d for d in packed.dispatches if d.is_contraction]
-    assert len(matmuls) == 2 and all(d.packed and d.results == 1 for d in matmuls)
-    assert not any(d.packed_with_consumers for d in packed.dispatches)
-    packs = [d for d in packed.dispatches if d.name.startswith("encode")]
+    assert len(matmuls) == 2 and all(d.packed and d.inner for d in matmuls)
+    assert packed.contraction((32, 1024, 256)) is not None
+    assert packed.contraction((32, 256, 1024)) is not None
+    assert packed.contraction((32, 1024, 256)).flops >= 2 * 32 * 1024 * 256
+    packs = [d for d in packed.dispatches if d.is_relayout]
     assert packs and packed.dispatch_count == len(packed.dispatches)
     assert not any(d.packed for d in profile(text, HOST_TARGET).dispatches)
 
 
+def test_a_packed_contraction_is_read_as_its_padded_matmul():
+    """`mmt4d_2x64x256x16x16x1` is a 32x1024x256 matmul, or one of 17-32 rows: either kernel
+    finds it."""
+    from sft.backend.profile import Dispatch, Profile
+
+    d = Dispatch(0, "mmt4d_2x64x256x16x16x1_f32", (32, 1024, 256), 0, None, packed=True,
+                 inner=(16, 16, 1))
+    seen = Profile((d,), 1)
+    assert seen.contraction((32, 1024, 256)) == d == seen.contraction((17, 1024, 256))
+    assert seen.contraction((16, 1024, 256)) is None and seen.contraction((33, 1024, 256)) is None
+
+
 def test_profiles_resumed_from_one_global_optimization_are_the_profiles(tmp_path, monkeypatch):
-    """Profiles of one text under formation flags that leave IREE's global optimization alone
-    (aggressive fusion, data tiling) resume from one run of it, and read what a compile from
-    the start reads: the same dispatches, buffers and default configs."""
+    """Profiles of one text under formation flags alike in their global-opt flags (aggressive
+    fusion acts later; data tiling packs in global optimization) resume from one run of it per
+    kind, and read what a compile from the start reads: the same dispatches, buffers and
+    default configs."""
     from sft.backend import iree
     from sft.space.options import AGGRESSIVE_FUSION, DATA_TILING
 
@@ -417,8 +431,9 @@ def test_profiles_resumed_from_one_global_optimization_are_the_profiles(tmp_path
     monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path / "resumed"))
     resumed = iree.profiles([(text, flags) for flags in flag_sets], HOST_TARGET, workers=2)
     assert [p.to_json() for p in resumed] == [p.to_json() for p in whole]
-    assert sum("--compile-to=global-optimization" in a for a in runs) == 1
-    assert sum("--compile-from=global-optimization" in a for a in runs) == len(flag_sets) == len(runs) - 1
+    optimized = [a for a in runs if "--compile-to=global-optimization" in a]
+    assert len(optimized) == 2 and sum(DATA_TILING in a for a in optimized) == 1
+    assert sum("--compile-from=global-optimization" in a for a in runs) == len(flag_sets) == len(runs) - 2
     runs.clear()
     assert [p.to_json() for p in iree.profiles([(text, ())], HOST_TARGET)] == [whole[0].to_json()]
     assert runs == []  # cached: nothing compiled again
@@ -493,27 +508,6 @@ def test_verify_keeps_the_default_unless_the_gain_is_beyond_noise():
     assert _significant_best({0: 1.00, 1: 0.99}, 0) == 0      # 1%: noise
     assert _significant_best({0: 1.00, 1: 0.90}, 0) == 1      # 10%: real
     assert _significant_best({1: 0.90, 2: 0.80}, 0) == 2      # default failed: the fastest
-
-
-def test_contractions_alone_only_for_packed_plans_of_the_searched_program():
-    """Each kernel's op id in a group of its own, for a data-tiled plan with no partition and
-    the search's own rewrites (the op ids name that program); nothing for any other plan."""
-    from types import SimpleNamespace
-
-    from sft.plan import Plan
-    from sft.search.candidates import contractions_alone
-    from sft.space.options import DATA_TILING
-
-    kernel = lambda i: SimpleNamespace(kernel=SimpleNamespace(op_id=i))  # noqa: E731
-    report = SimpleNamespace(choices=[kernel(3), kernel(9)], im2col=(), split=(), held=(), orient=(4,),
-                             expand=(), orders=())
-    packed = Plan(orient=(4,), flags=(DATA_TILING,))
-    assert contractions_alone(report, packed) == Plan(orient=(4,), flags=(DATA_TILING,),
-                                                      groups=((3,), (9,)))
-    assert contractions_alone(report, Plan(orient=(4,))) is None           # nothing packed
-    assert contractions_alone(report, Plan(flags=(DATA_TILING,))) is None  # another program
-    assert contractions_alone(report, Plan(orient=(4,), held=(0,), flags=(DATA_TILING,))) is None
-    assert contractions_alone(report, Plan(orient=(4,), flags=(DATA_TILING,), groups=((3,),))) is None
 
 
 def test_option_sets_iree_cannot_profile_are_dropped_not_fatal(tmp_path, monkeypatch):

@@ -163,56 +163,23 @@ def test_cnn_filter_gradients_as_matmuls_train_like_torch():
     assert len(step.plan.im2col) == 2  # the stride-1 and the stride-2 convolution's
 
 
-def test_packed_contractions_alone_train_like_torch():
-    """Data tiling on a training step: IREE cannot compile a packed weight gradient whose
-    dispatch also computes the optimizer's update; the search sees it in IREE's packed view and
-    prices and plans its packed option sets with each contraction in a dispatch of its own (as
-    `contractions_alone`, what verify and the fallbacks try for a packed plan that fails), which
-    compiles and trains as torch."""
-    from dataclasses import replace
-
-    from sft.search.candidates import contractions_alone, plan_of
-    from sft.space.options import ModuleOptions
+def test_a_packed_training_step_trains_like_torch():
+    """Data tiling on a training step (from IREE's global optimization, `DATA_TILING`: its
+    dispatch-creation path fails on every MLP step's weight gradient packed with its update):
+    the plan of the search's packed option set, micro-kernels included, compiles as it is and
+    trains as torch."""
+    from sft.search.candidates import plan_of
+    from sft.space.options import DATA_TILING, UKERNELS, ModuleOptions
 
     build = lambda: MLP((256, 1024, 256)).train()
     example = (torch.randn(32, 256), torch.randint(0, 256, (32,)))
     opt = lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9)
-    def step(**how):
-        model = build()
-        return sft.compile_train_step(model, F.cross_entropy, opt(model.parameters()), example, **how)
-
-    searched = step(search="model")
-    alone = plan_of(searched.search, ModuleOptions(data_tiling=True))
-    assert len(alone.groups) >= 4 and all(len(g) == 1 for g in alone.groups)  # 2 forward, 2+ backward
-    packed = replace(alone, groups=())
-    with pytest.raises(sft.SftError, match="iree-compile failed"):
-        step(plan=packed)
-    assert contractions_alone(searched.search, packed) == alone
-    _check(build, opt, F.cross_entropy, example, 256, plan=alone)
-
-
-def test_a_packed_view_whose_contractions_cannot_stand_alone_is_not_offered(tmp_path, monkeypatch):
-    """Where a contraction of the step lowers to ops that no dispatch of their own can hold
-    (a JAX GPT-2 step's, as the search rewrote it: "fusion group [200] is not convex"), its
-    packed option sets leave the search; the search itself goes on."""
-    import sft.search.strategy as strategy
-    from sft.errors import IllegalPlan
-
-    real = strategy.lower
-
-    def refusing(module, plan, target):
-        if plan.groups:
-            raise IllegalPlan("fusion group [0] is not convex: a value it produces is used between its ops")
-        return real(module, plan, target)
-
-    monkeypatch.setattr(strategy, "lower", refusing)
-    monkeypatch.setenv("SFT_CACHE_DIR", str(tmp_path / "cache"))
-    model = MLP((256, 1024, 256)).train()
-    example = (torch.randn(32, 256), torch.randint(0, 256, (32,)))
-    step = sft.compile_train_step(model, F.cross_entropy, torch.optim.SGD(model.parameters(), lr=0.05),
-                                  example, search="model")
-    ranked = [o.options for o in step.search.ranked]
-    assert ranked and not any(o.data_tiling for o in ranked)
+    model = build()
+    searched = sft.compile_train_step(model, F.cross_entropy, opt(model.parameters()), example,
+                                      search="model")
+    packed = plan_of(searched.search, ModuleOptions(data_tiling=True, ukernels=True))
+    assert {DATA_TILING, UKERNELS} <= set(packed.flags) and not packed.groups
+    _check(build, opt, F.cross_entropy, example, 256, plan=packed)
 
 
 def test_wrong_batch_shape_is_an_error(mlp_sgd):

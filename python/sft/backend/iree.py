@@ -151,11 +151,14 @@ def _run_compile(args: list[str], timeout: float | None = None) -> None:
         raise SftError(f"iree-compile failed: {first}")
 
 
-# Flags that change what IREE's global optimization makes of a program (the rest of the
-# formation flags act later: aggressive fusion and data tiling in dispatch creation), so that
-# profiles under flags alike in these resume from one global optimization (`profiles`).
-GLOBAL_OPT_FLAGS = ("--iree-global-opt-use-im2col-for-convs",)
 GLOBAL_OPT = "global-optimization"
+
+
+def global_opt_flags(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """Those of `flags` that change what IREE's global optimization makes of a program (its
+    own: im2col, data tiling's packs; aggressive fusion acts later, in dispatch creation), so
+    that profiles under flags alike in these resume from one global optimization (`profiles`)."""
+    return tuple(f for f in flags if f.startswith("--iree-global-opt-"))
 
 
 def _profile_key(text: str, target: Target, flags: tuple[str, ...]) -> str:
@@ -190,12 +193,12 @@ def profile(text: str, target: Target, flags: tuple[str, ...] = (),
 def global_optimized(text: str, target: Target, flags: tuple[str, ...] = (),
                      timeout: float | None = None) -> str:
     """`text` compiled as far as IREE's global optimization under `flags`' global-opt flags
-    (`GLOBAL_OPT_FLAGS`): what `profile(..., optimized=)` resumes from. A GPT-2 small program
+    (`global_opt_flags`): what `profile(..., optimized=)` resumes from. A GPT-2 small program
     took 0.38 s to get there, and a profile 0.62 s from there against 0.98 s from the start."""
     with scratch_dir() as tmp:
         src, out = _compiler_input(tmp, target.module_text(text)), tmp / "out.mlir"
         _run_compile([str(src), "-o", str(out), *target.flags,
-                      *(f for f in flags if f in GLOBAL_OPT_FLAGS), f"--compile-to={GLOBAL_OPT}"], timeout)
+                      *global_opt_flags(flags), f"--compile-to={GLOBAL_OPT}"], timeout)
         return _written_text(out)
 
 
@@ -206,7 +209,7 @@ def profiles(requests: list[tuple[str, tuple[str, ...]]], target: Target, worker
     and its global-opt flags are resumed from one global optimization of it: a GPT-2 small
     search profiles each of three texts under up to four sets of flags."""
     def group(request):
-        return request[0], tuple(f for f in request[1] if f in GLOBAL_OPT_FLAGS)
+        return request[0], global_opt_flags(request[1])
 
     cached = {r: cache.read_profile(_profile_key(r[0], target, r[1])) for r in dict.fromkeys(requests)}
     shared = [key for key, n in Counter(group(r) for r, found in cached.items() if found is None).items()

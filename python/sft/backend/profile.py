@@ -24,7 +24,6 @@ from ..syntax import split_top_level
 _FUNC = re.compile(r"func\.func @\w*?_(dispatch|encoding)_(\d+)_(\w+?)\(")
 _DIMS = re.compile(r"_(\d+(?:x\d+)+)(?:_|x[a-z]|$)")
 _BUFFER = re.compile(r"hal\.interface\.binding\.subspan.*?: memref<((?:\d+x)+)([a-z]+)(\d+)")
-_STORE = re.compile(r"\b(?:iree_codegen\.store_to_buffer|iree_tensor_ext\.dispatch\.tensor\.store)\b")
 _CONFIG_START = re.compile(r"lowering_config<")
 _GPU_PIPELINE = re.compile(r"pipeline = #iree_gpu\.(?:spirv_)?pipeline<(\w+)>")
 _TRANSLATION_INTS = {"subgroup_size": re.compile(r"subgroup_size = (\d+)"),
@@ -36,7 +35,8 @@ _MMA_LAYOUT = re.compile(r"^#iree_gpu\.(?:mma_layout|virtual_mma_layout)<(\w+)>$
 _MAP = re.compile(r"affine_map<(\([^)]*\) -> \([^)]*\))>")
 CONTRACTION_WORDS = ("matmul", "mmt4d", "conv", "contract")
 # Dispatches that only move a tensor into another layout (a transpose, data tiling's packs)
-RELAYOUT_PREFIXES = ("transpose", "elementwise_transpose", "encode", "decode", "unset_encoding")
+RELAYOUT_PREFIXES = ("transpose", "elementwise_transpose", "encode", "decode", "unset_encoding",
+                     "pack", "unpack")
 ONE_WORKGROUP_BYTES = 4096  # a dispatch touching less runs as one workgroup (`Profile.split_count`)
 # Named ops print no indexing maps: theirs are implied.
 _IMPLIED_MAPS = {
@@ -140,10 +140,11 @@ class Dispatch:
     # transposed (through a permutation of its loops): they move in the contraction's tile
     # order, across rows (`cost.model.transposed_seconds`).
     transposed_bytes: int = 0
-    # Its root is IREE's packed contraction (data tiling: `linalg.mmt4d`), and the buffers it
-    # writes (two where an elementwise consumer with two results is fused into it).
+    # Its root is IREE's packed contraction (data tiling: `linalg.mmt4d`).
     packed: bool = False
-    results: int = 0
+    # A packed contraction's inner tile (m0, n0, k0): its `dims` are the matmul's, padded up to
+    # it (`mmt4d_2x64x256x16x16x1` is a 32x1024x256 matmul, or one of 17-32 rows)
+    inner: tuple[int, ...] = ()
     # GPU targets, contractions: {"pipeline", "workgroup_size", "subgroup_size", ...,
     # "lowering_config": {field: value}}, JSON-able (see gpu_translation, gpu_lowering_config).
     gpu: dict | None = field(default=None, hash=False)
@@ -154,17 +155,9 @@ class Dispatch:
 
     @property
     def is_relayout(self) -> bool:
-        """It moves a tensor into another layout (reading or writing it across its rows)."""
-        return self.name.startswith(RELAYOUT_PREFIXES)
-
-    @property
-    def packed_with_consumers(self) -> bool:
-        """A packed contraction whose dispatch writes more than one buffer: IREE's CPU code
-        generation fails on those that compute a training step's update with it ("large vector
-        sizes", then a 132 KiB stack: every torch and JAX MLP and GPT-2 step here); the CNN
-        steps' small 10x16x8 classifier gradient compiled, so this is a warning sign, not a
-        proof."""
-        return self.packed and self.results > 1
+        """It moves a tensor into another layout (reading or writing it across its rows): a
+        transpose, data tiling's packs and unpacks, and what IREE fuses into them."""
+        return self.name.startswith(RELAYOUT_PREFIXES) or self.name.endswith("_pack")
 
     @property
     def flops(self) -> float:
@@ -187,8 +180,9 @@ class Profile:
         return self.dispatch_count - sum(d.bytes < ONE_WORKGROUP_BYTES for d in self.dispatches)
 
     def contractions(self, dims: tuple[int, ...]) -> list[Dispatch]:
-        """The contraction dispatches of loop extents `dims`, in dispatch order."""
-        return [d for d in self.dispatches if d.is_contraction and d.dims == dims]
+        """The contraction dispatches of loop extents `dims` (a packed one's padded to its inner
+        tile), in dispatch order."""
+        return [d for d in self.dispatches if d.is_contraction and d.dims in (dims, _padded(dims, d.inner))]
 
     def contraction(self, dims: tuple[int, ...]) -> Dispatch | None:
         return next(iter(self.contractions(dims)), None)
@@ -218,11 +212,12 @@ class Profile:
             transposed = d.get("transposed_bytes", 0)  # absent from profiles written before
             if type(transposed) is not int:
                 raise TypeError(f"transposed_bytes {transposed!r}")
-            packed, results = d.get("packed", False), d.get("results", 0)
-            if type(packed) is not bool or type(results) is not int:
-                raise TypeError(f"packed {packed!r}, results {results!r}")
+            packed = d.get("packed", False)
+            if type(packed) is not bool:
+                raise TypeError(f"packed {packed!r}")
             return Dispatch(d["index"], d["name"], ints(d["dims"]), d["bytes"], config, tuple(d["maps"]),
-                            transposed_bytes=transposed, packed=packed, results=results, gpu=gpu)
+                            transposed_bytes=transposed, packed=packed,
+                            inner=ints(d.get("inner", [])), gpu=gpu)
 
         count = data["dispatch_count"]
         if type(count) is not int:
@@ -251,12 +246,30 @@ def transposed_operand_bytes(line: str) -> int:
     return total
 
 
+def _padded(dims: tuple[int, ...], inner: tuple[int, ...]) -> tuple[int, ...] | None:
+    """A matmul's (batch..., M, N, K) rounded up to a packed inner tile (m0, n0, k0)."""
+    if not inner or len(dims) < len(inner):
+        return None
+    tiles = (1,) * (len(dims) - len(inner)) + inner
+    return tuple(-(-x // t) * t for x, t in zip(dims, tiles))
+
+
+def _unpacked(name: str, dims: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the matmul's padded extents, the inner tile) of IREE's packed contraction named
+    `name` with extents `dims` (batch..., M1, N1, K1, m0, n0, k0); anything else as it is."""
+    if not name.startswith(("mmt4d", "batch_mmt4d")) or len(dims) < 6:
+        return dims, ()
+    *batch, m1, n1, k1, m0, n0, k0 = dims
+    return (*batch, m1 * m0, n1 * n0, k1 * k0), (m0, n0, k0)
+
+
 def parse_profile(text: str) -> Profile:
     """The dispatches of `iree-compile --compile-to=executable-configurations` output."""
     dispatches, current, translation, contraction = [], None, None, False
 
     def close():
         if current is not None:
+            current["dims"], current["inner"] = _unpacked(current["name"], current["dims"])
             dispatches.append(Dispatch(**current))
 
     for line in text.splitlines():
@@ -268,7 +281,7 @@ def parse_profile(text: str) -> Profile:
             current = dict(index=int(number) if kind == "dispatch" else -1 - int(number), name=name,
                            dims=tuple(int(x) for x in dims.group(1).split("x")) if dims else (),
                            bytes=0, config=None, maps=(), gpu=None, transposed_bytes=0,
-                           packed=False, results=0)
+                           packed=False, inner=())
             translation = gpu_translation(line)
             contraction = any(word in current["name"] for word in CONTRACTION_WORDS)
             continue
@@ -277,7 +290,6 @@ def parse_profile(text: str) -> Profile:
         if contraction and "linalg.generic" in line:
             current["transposed_bytes"] += transposed_operand_bytes(line)
         current["packed"] |= "linalg.mmt4d" in line or "linalg.batch_mmt4d" in line
-        current["results"] += bool(_STORE.search(line))
         buffer = _BUFFER.search(line)
         if buffer:
             shape = [int(x) for x in buffer.group(1).rstrip("x").split("x")]

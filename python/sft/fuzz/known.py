@@ -6,11 +6,13 @@ test_vulkan.py for the SPIR-V ones; fix one and its xfail starts passing: delete
 
 from __future__ import annotations
 
-FUSION_DT = {"--iree-dispatch-creation-enable-aggressive-fusion", "--iree-opt-data-tiling"}
+from ..space.options import AGGRESSIVE_FUSION, DATA_TILING
+
+FUSION_DT = {AGGRESSIVE_FUSION, DATA_TILING}
 
 KNOWN = {
     "iree-data-tiling-segfault": lambda prog, plan, out, target: out.kind == "plan-compile" and
-        "--iree-opt-data-tiling" in plan.flags and "iree-compile crashed (killed by SIGSEGV)" in out.detail,
+        DATA_TILING in plan.flags and "iree-compile crashed (killed by SIGSEGV)" in out.detail,
     "reduce-body-ignores-inputs": lambda prog, plan, out, target: out.kind in ("wrong", "reject") and
         "reduce-body-ignores-inputs" in prog.features,
     "init-is-operand": lambda prog, plan, out, target: out.kind in ("reject", "plan-compile") and

@@ -9,7 +9,7 @@ from dataclasses import replace
 from ..cost.model import peak_seconds
 from ..passes.hold_packed import block_of
 from ..plan import Plan
-from ..space.options import DATA_TILING, ModuleOptions
+from ..space.options import ModuleOptions
 
 TOP_OPTIONS = 4  # option sets verify times beyond the best of each kind
 # verify times the graph rewrites predicted within this of the pick's (mha on the Xeon VM: its
@@ -22,12 +22,10 @@ def plan_of(report, options: ModuleOptions, tiles: tuple = (), low_precision: tu
     """The plan of one searched option set: the report's graph rewrites (orientation, batch
     expansion and chain orders), the options' iree-compile flags and driver, and `tiles` and
     `low_precision` where the options keep sft's kernel configs (data tiling and micro-kernels
-    replace them), and each contraction in a dispatch of its own in a packed plan of a program
-    IREE cannot build packed with their consumers (`SearchReport.packed_alone`)."""
+    replace them)."""
     keeps = options.keeps_tiles
-    packed_alone = report.packed_alone if DATA_TILING in options.flags else ()
     return Plan(im2col=report.im2col, split=report.split, held=report.held, orient=report.orient,
-                expand=report.expand, orders=report.orders, groups=each_alone(packed_alone),
+                expand=report.expand, orders=report.orders,
                 tiles=tuple(tiles) if keeps else (), flags=options.flags, driver=options.driver,
                 low_precision=tuple(low_precision) if keeps else ())
 
@@ -51,25 +49,6 @@ def packed_option(report, option, plan: Plan, target):
     m0, n0 = block_of(target.desc)
     return (replace(option, predicted=option.predicted - saving),
             replace(plan, packed=tuple((a, m0, n0) for a in sorted(report.packed_reads))))
-
-
-def each_alone(ops) -> tuple[tuple[int, ...], ...]:
-    """A partition (`Plan.groups`) with each of `ops` in a dispatch of its own."""
-    return tuple((op,) for op in ops)
-
-
-def contractions_alone(report, plan: Plan) -> Plan | None:
-    """`plan` with each of the search's contraction kernels in a dispatch of its own, where the
-    plan packs operands (data tiling) and imposes no partition; else None. IREE cannot compile a
-    packed matmul whose dispatch also computes a two-result elementwise consumer (a training
-    step's optimizer update: "large vector sizes (32768 bytes)", or with that check off a
-    132 KiB stack); alone, mlp_b128's step compiled and its matmuls ran at 105-115 GFLOP/s on
-    one Zen 4 core, against 50-65 for IREE's default code (docs/results.md)."""
-    rewrites = ("im2col", "split", "held", "orient", "expand", "orders")  # the program the kernels' op ids name
-    if (DATA_TILING not in plan.flags or plan.groups or not report.choices
-            or any(getattr(plan, r) != getattr(report, r) for r in rewrites)):
-        return None
-    return replace(plan, groups=each_alone(c.kernel.op_id for c in report.choices))
 
 
 def program_candidates(report, tiles: tuple = (), top_options: int = TOP_OPTIONS) -> dict[str, Plan]:

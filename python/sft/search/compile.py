@@ -16,7 +16,7 @@ from ..program import Program, lower
 from ..space.options import FORMATION_FLAGS
 from ..targets import Target
 from ..tuning_db import TuningDB
-from .candidates import contractions_alone, plan_of
+from .candidates import plan_of
 from .exhaustive import SearchReport
 from .strategy import _db_key, check_precision, option_plan, searched_plan
 
@@ -80,9 +80,6 @@ def _fallbacks(report: SearchReport, failed: Plan, target: Target, count: int = 
     the next ranked, untrusted set at 0.68x IREE's default."""
     failed_formation = {f for f in failed.flags if f in FORMATION_FLAGS}
     found = {}
-    alone = contractions_alone(report, failed)
-    if alone is not None:  # the same options, the packed contractions' dispatches their own
-        found[f"{_options_named(report, failed)}, contractions alone"] = alone
     for option in report.ranked:
         o = option.options
         untiled = failed.tiles and (o.flags, o.driver) == (failed.flags, failed.driver)
@@ -99,12 +96,6 @@ def _fallbacks(report: SearchReport, failed: Plan, target: Target, count: int = 
             if plan != failed and plan not in found.values():
                 found[name] = plan
     return list(found.items())[:count]
-
-
-def _options_named(report: SearchReport, plan: Plan) -> str:
-    """The name of the ranked option set `plan` was built from (its flags and driver)."""
-    return next((o.options.describe() for o in report.ranked
-                 if (o.options.flags, o.options.driver) == (plan.flags, plan.driver)), "the pick")
 
 
 def _lower_and_compile(module, plan: Plan, target: Target, seconds: dict, program: Program):

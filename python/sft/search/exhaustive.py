@@ -67,9 +67,6 @@ class SearchReport:
     # each rewrite searched, by name: (oriented op ids, expanded op ids, held arguments); not
     # stored (verify reads it right after the search)
     rewrite_ops: dict = field(default_factory=dict)
-    # contractions that packed (data-tiled) plans run in dispatches of their own, where IREE
-    # cannot build them packed with their consumers (`strategy._take_profiles`)
-    packed_alone: tuple[int, ...] = ()
     # held weights the rewrite's matmuls could read packed: argument -> those matmuls' op ids
     # (`passes.hold_packed.packed_reads`; `candidates.packed_option` prices the plans that do)
     packed_reads: dict = field(default_factory=dict)
@@ -140,7 +137,6 @@ class SearchReport:
             "measured_s": self.measured,
             "chains": [c.to_dict() for c in self.chains],
             "orient": list(self.orient), "expand": list(self.expand), "held": list(self.held),
-            "packed_alone": list(self.packed_alone),
             "rewrites_predicted_s": self.rewrites,
             "default_predicted_s": _finite(self.default_predicted),
         }

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from ..backend import profile, profiles
 from ..backend.farm import connect
 from ..cost.trust import decision_kinds
-from ..errors import IllegalPlan, SftError
+from ..errors import SftError
 from ..measure import SEARCH_REVISION, verify
 from ..ir import print_module
 from ..passes.expand_batch import ExpandBatchPass, expandable
@@ -42,7 +42,7 @@ from ..values import updated_results
 from ..passes.split_batch import split_layout, split_of
 from .batch_split import (SplitPick, batch_split_of, part_text, shared_seconds, split_floor,
                           split_picks, trusted_split, weight_split_of)
-from .candidates import each_alone, packed_option, plan_of
+from .candidates import packed_option, plan_of
 from .chains import choose_orders, plan_orders
 from .exhaustive import SearchReport, search_program
 
@@ -126,12 +126,11 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
         ReassociatePass(orders[rewrite])(variant)
         kernels = contraction_kernels(variant)
         casts[rewrite] = castable(variant) if precision != "f32" else {}
-        rewritten = print_module(variant)  # before lowering consumes it: `_take_profiles`
         lowered, planned = lower(variant, Plan(), target)
         # the held weights the rewrite's matmuls could read packed, and those matmuls' op ids
         packed = (packed_reads(lowered, rewrite[2], block_of(desc)[1])
                   if rewrite[2] and target.pack_weights else {})
-        variants[rewrite] = (kernels, planned, chains, seconds, rewritten, packed)
+        variants[rewrite] = (kernels, planned, chains, seconds, packed)
     # IREE's profiles are most of a search's time. A rewrite is first searched under IREE's
     # default dispatch formation only, beside the program as written under every option; it
     # gets the other formations' profiles only when it already predicts a clear gain there.
@@ -145,21 +144,20 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
         flag_sets = [f for f in flag_sets if DATA_TILING not in f]
     requests = [(WRITTEN, flags) for flags in flag_sets if flags not in im2col_sets]
     requests += [(e, ()) for e in variants if e != WRITTEN]
-    profiles, alone = {}, {}
-    _take_profiles(requests, variants, target, profiles, alone)
+    profiles = {}
+    _take_profiles(requests, variants, target, profiles)
 
     if profiles[(WRITTEN, ())] is None:  # IREE cannot compile the program as written: say how
         profile(variants[WRITTEN][1], target)
     if any("conv" in d.name for d in profiles[(WRITTEN, ())].dispatches):
-        _take_profiles([(WRITTEN, f) for f in im2col_sets], variants, target, profiles, alone)
+        _take_profiles([(WRITTEN, f) for f in im2col_sets], variants, target, profiles)
 
     def searched(rewrite, opts):
-        kernels, _, chains, seconds, _, packed = variants[rewrite]
+        kernels, _, chains, seconds, packed = variants[rewrite]
         mine = {f: p for (e, f), p in profiles.items() if e == rewrite and p is not None}
         report = search_program(kernels, mine, target, [o for o in opts if o.formation_flags in mine],
                                 precision=precision, castable=casts[rewrite])
         report.add_chains(chains, seconds)
-        report.packed_alone = alone.get(rewrite, ())
         report.packed_reads = packed
         return report
 
@@ -170,7 +168,7 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
         reports[rewrite] = searched(rewrite, default_only)
         if reports[rewrite].as_formed < written * (1.0 - REWRITE_MARGIN):
             more = [(rewrite, f) for f in flag_sets if f and f not in im2col_sets]
-            _take_profiles(more, variants, target, profiles, alone)
+            _take_profiles(more, variants, target, profiles)
             reports[rewrite] = searched(rewrite, options)
     rewrite = min(reports, key=lambda e: reports[e].as_formed)
     if reports[rewrite].as_formed > written * (1.0 - REWRITE_MARGIN):
@@ -223,24 +221,9 @@ def trusted_pick(plans: list[tuple], default_predicted: float, trust) -> tuple |
     return min(trusted, key=lambda found: found[1].predicted, default=None)
 
 
-def _take_profiles(keys: list, variants: dict, target: Target, profiles: dict, alone: dict) -> None:
-    """IREE's profiles of (rewrite, flags) `keys` into `profiles`. A packed view with a
-    contraction dispatch IREE cannot build with its fused consumers (`Dispatch.
-    packed_with_consumers`: a training step's update) is taken again as its plans will run, each
-    contraction in a dispatch of its own (`alone[rewrite]`: their op ids; `plan_of` imposes
-    them): priced fused, jax_mlp_b8's packed pick measured 1.64x the best option set."""
+def _take_profiles(keys: list, variants: dict, target: Target, profiles: dict) -> None:
+    """IREE's profiles of (rewrite, flags) `keys` into `profiles`."""
     profiles.update(zip(keys, _profiles([(variants[e][1], f) for e, f in keys], target)))
-    packed = [(e, f) for e, f in keys if DATA_TILING in f and profiles[(e, f)] is not None]
-    alone.update({e: tuple(k.op_id for k in variants[e][0]) for e, f in packed
-                  if any(d.packed_with_consumers for d in profiles[(e, f)].dispatches)})
-    again = [(e, f) for e, f in packed if e in alone]  # every packed view of such a program
-    texts = {}
-    for e, f in again:
-        try:
-            texts[(e, f)] = (lower(to_sft(variants[e][4]), Plan(groups=each_alone(alone[e])), target)[1], f)
-        except IllegalPlan:  # a contraction lowered to ops its dispatch cannot hold alone
-            profiles[(e, f)] = None  # (a JAX GPT-2 step's expanded one): not offered packed
-    profiles.update(zip(texts, _profiles(list(texts.values()), target)))
 
 
 WRITTEN = ((), (), ())  # the rewrite key of the program as written: nothing rewritten

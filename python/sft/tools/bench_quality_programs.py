@@ -63,7 +63,7 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
     from ..program import lower
     from ..quality import NOISE, ordered_pairs
     from ..search.batch_split import trusted_split
-    from ..search.candidates import contractions_alone, packed_option
+    from ..search.candidates import packed_option
     from ..search.strategy import option_plan, search_plan, split_search
     from ..targets import get_target
 
@@ -89,7 +89,7 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
     if all(plan != chosen for plan, _ in variants.values()):  # IREE's default options, one flag on
         variants["the search's choice"] = (chosen, report.pick_predicted)
     keep, resident, storage = program.timing_layout(target)
-    inputs, builders, failed, alone = program.timing_inputs(), {}, [], []
+    inputs, builders, failed = program.timing_inputs(), {}, []
     # Option sets that change nothing in this program (aggressive fusion where nothing more
     # fuses) compile to the same module: it is timed once, and a pair of them orders nothing.
     same, first_of = {}, {}  # a variant -> the one timed in its place; module key -> that one
@@ -102,16 +102,8 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
         try:
             artifact = compiled(plan)
         except SftError:  # IREE refuses this option set on this program (aggressive fusion)
-            # a packed training step: timed as search="model" would run it (its fallback)
-            retry = contractions_alone(report, plan)
-            try:
-                artifact = compiled(retry) if retry is not None else None
-            except SftError:
-                artifact = None
-            if artifact is None:
-                failed.append(vname)
-                continue
-            alone.append(vname)
+            failed.append(vname)
+            continue
         parts = (split_of(plan), layouts.get(vname)) if split_of(plan) else ((), None)
         held = holding(plan)
         if not parts[0]:
@@ -174,7 +166,7 @@ def program_row(name: str, rounds: int, calls: int, processes: int = 1) -> dict:
     beyond = ordered_pairs(predicted, seconds, spread)
     limit = max(spread[names.index("iree-default")], spread[names.index(pick)] if pick else 0.0)
     return {"program": name, "predicted_s": dict(zip(names, predicted)), "measured_s": measured,
-            "failed": failed, "contractions_alone": alone, "same_module": same, "pairs": [good, total],
+            "failed": failed, "same_module": same, "pairs": [good, total],
             "pairs_beyond_control": list(beyond),
             "control_noise": {d or "parallel": v for d, v in noise.items()},
             "raw_pick": raw_pick, "pick": pick, "splits": sorted({f"{p.plan.describe()[0]}" for p in found}),
