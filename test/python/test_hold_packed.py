@@ -15,6 +15,7 @@ from sft.errors import SftError
 from sft.passes.hold_packed import UKERNELS_OFF, block_of, packed_twin
 from sft.passes.hold_transposed import held_array, user_array
 from sft.plan import Plan
+from sft.space.options import DATA_TILING
 from sft.program import lower, prepare
 from sft.targets import get_target
 
@@ -118,7 +119,7 @@ def test_verify_times_plans_that_hold_weights_again_packed(monkeypatch):
     assert {a for a, _, _ in twin.packed} == {a for a, n in ((0, 64), (2, 64), (4, 32)) if n % n0 == 0}
     assert all((bm, bn) == (m0, n0) for _, bm, bn in twin.packed)
     _check(sft.compile(model, (x,), plan=twin), model, x)
-    for plan in (Plan(), Plan(held=(0,), flags=("--iree-opt-data-tiling",)), twin):
+    for plan in (Plan(), Plan(held=(0,), flags=(DATA_TILING,)), twin):
         assert packed_twin(plan, host, lowered(plan)) is None  # holds none, packs itself, is packed
     assert packed_twin(held, get_target("cuda:sm_80"), lowered(held)) is None  # CPU codegen only
 
