@@ -164,8 +164,9 @@ def verify(report: SearchReport, lower_plan, target: Target, inputs: list,
            storage: tuple = (), farm=None, extra: dict | None = None) -> Plan:
     """The fastest measured plan among the best predicted option sets (each with measured tiles;
     the best of each driver, fusion, packing and convolution strategy among them) and IREE's
-    default, all timed side by side in each of two processes; candidates that compile to one module are timed once, under the first name
-    (IREE's default before the option sets that change nothing in the program).
+    default, all timed side by side in each of two processes; candidates that compile to one
+    module are timed once, under the first name (IREE's default before the option sets that
+    change nothing in the program).
     `lower_plan(plan)` gives the program text a plan compiles from. Programs are timed on
     `inputs` as the compiled object calls them: those at `resident` (the model's state, donated
     inputs) uploaded once, the results at `keep` (a training step's new state) left there, and
