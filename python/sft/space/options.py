@@ -28,8 +28,8 @@ from dataclasses import dataclass
 # code generation fails on most such dispatches ("large vector sizes", a 132 KiB stack) — every
 # torch and JAX MLP and GPT-2 training step here, mlp_b128 and GPT-2 small inference. This one
 # packs and unpacks in dispatches of their own, fused with their elementwise neighbours, and
-# compiled every program of the bench suites; a JAX MLP step at batch 128 ran 1.15x IREE's
-# default with it (ukernels), 1.05x with the other path's contractions each in a dispatch alone.
+# compiled every program of the bench suites; a JAX MLP step at batch 128 ran 1.06-1.15x IREE's
+# default with it (ukernels, three runs), 1.05x with the other path's contractions each alone.
 DATA_TILING = "--iree-global-opt-data-tiling"
 UKERNELS = "--iree-llvmcpu-enable-ukernels=all"
 AGGRESSIVE_FUSION = "--iree-dispatch-creation-enable-aggressive-fusion"
