@@ -26,7 +26,7 @@ from .kernel_fit import (FIT_CANDIDATES, FIT_KERNELS, FIT_ROUNDS, LINEAR, PLAIN,
 from .measure import kernel_inputs, kernel_program
 from .passes.hold_packed import UKERNELS_OFF, HoldPackedPass, block_of
 from .probe_programs import (chain_program, fma_program, held_matmul_program, probe_program,
-                             relayout_program)
+                             relayout_program, update_program)
 from .space.kernels import Kernel
 from .space.options import DATA_TILING, SERIAL_DRIVER, UKERNELS
 from .targets import get_target
@@ -74,6 +74,34 @@ def relayout_cost(target, rounds: int, progress=None) -> float:
     if None in seconds.values():
         return TargetDesc.relayout_cost  # not measured: the default
     return max(seconds["transposed"] / seconds["copy"], 1.0)
+
+
+# A weight gradient at batch 8 and its fused SGD-momentum update, the weight 1024 x 256 and
+# 256 x 1024: its rows 4 KiB and 1 KiB apart. On a 2-core Zen 4 VM the update walked across
+# rows cost 19.3x and 3.2x its bytes streamed at L2's rate (the four tensors' rows share L1's
+# sets at 4 KiB); the geometric mean, 7.8x, is what a JAX MLP step's two such dispatches
+# measured (5.6x and 10.3x in the program, 7.6x; at batch 32, 7.7x), where 3.0 was assumed.
+UPDATE_SHAPES = ((1024, 256, 8), (256, 1024, 8))
+
+
+def transposed_update_cost(target, l2_bandwidth: float, rounds: int, progress=None) -> float:
+    """What a byte an elementwise update fused into a contraction's dispatch walks across rows
+    costs, in bytes streamed at `l2_bandwidth` (`TargetDesc.transposed_cost`): per shape of
+    `UPDATE_SHAPES`, its update program's time held across rows less held in order, inline on
+    one thread, the two taking turns, over its transposed bytes as IREE's profile counts them;
+    the geometric mean of the shapes' (at least 1)."""
+    costs = []
+    for m, n, k in UPDATE_SHAPES:
+        texts = {name: update_program(m, n, k, name == "transposed") for name in ("in order", "transposed")}
+        variants = {name: Variant(compile_module(text, target), SERIAL_DRIVER) for name, text in texts.items()}
+        moved = sum(d.transposed_bytes for d in profile(texts["transposed"], target).dispatches)
+        held = f"{n}x{m}xf32"
+        seconds = benchmark(variants, [f"{m}x{k}xf32", f"{k}x{n}xf32", held, held], rounds=rounds,
+                            progress=progress)
+        if None in seconds.values() or not moved:
+            return TargetDesc.transposed_cost  # not measured: the default
+        costs.append(max((seconds["transposed"] - seconds["in order"]) * l2_bandwidth / moved, 1.0))
+    return float(np.exp(np.mean(np.log(costs))))
 
 
 def fma_peak(rounds: int, progress=None) -> float:
@@ -256,6 +284,7 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
     parallel_call = (executor_call_cost(target, speedup, dispatch, (serial_invoke, serial_dispatch),
                                         python_call, rounds, progress)
                      if host.cores > 1 else 0.0)
+    l2_bandwidth = 2 * small * 4 / max(l2 - tool["chain1/sync"], 1e-9)
     return {
         "invoke_overhead": max(parallel_call, t["chain1/task"] - python_call, 0.0),
         "dispatch_overhead": dispatch,
@@ -264,7 +293,8 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         "dram_bandwidth": 2 * big * 4 / stream,
         "last_level_bandwidth": 2 * middle * 4 / in_llc if in_llc else 0.0,
         "relayout_cost": relayout_cost(target, rounds, progress),
-        "l2_bandwidth": 2 * small * 4 / max(l2 - tool["chain1/sync"], 1e-9),
+        "l2_bandwidth": l2_bandwidth,
+        "transposed_cost": transposed_update_cost(target, l2_bandwidth, rounds, progress),
         "peak_flops_f32": host.peak_flops_f32 * predicted / work,
         "parallel_efficiency": efficiency,
         "data_tiling_speedup": m["default"] / m["dt"],
@@ -311,8 +341,10 @@ def calibration_runs(rounds: int = 7, fit_rounds: int = FIT_ROUNDS) -> int:
     """Progress steps of `calibrate`: benchmark processes, and the fit's compiles."""
     # chains 4, split chains 4 a reading (and the chains' inline 2 in the benchmark tool),
     # copies 3, the relayout 2, the two matmuls' option sets 3 each, the FMA programs, each
-    # executor reading 4 and its probe's 2 in 3 processes, the packed matmuls 2 a shape
-    return (17 + len(FMA_CHAINS) + 14 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES)) * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds)
+    # executor reading 4 and its probe's 2 in 3 processes, the packed matmuls 2 a shape, the
+    # updates 2 a shape
+    return ((17 + len(FMA_CHAINS) + 14 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES) + 2 * len(UPDATE_SHAPES))
+            * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds))
 
 
 def calibrate(rounds: int = 7, progress=None, fit_rounds: int = FIT_ROUNDS) -> dict:

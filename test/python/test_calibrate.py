@@ -280,3 +280,41 @@ def test_a_packed_weights_speed_up_is_measured_on_the_host(monkeypatch):
     monkeypatch.setattr(cal, "PACKED_SHAPES", ((16, 64, 64),))  # small: a test's time
     speedup = cal.packed_speedup(get_target("host"), rounds=1)
     assert np.isfinite(speedup) and speedup > 0  # (its size is the host's: not asserted)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_the_update_programs_compute_a_gradient_and_its_momentum_update(transposed):
+    """The transposed cost's programs: g = x @ dy, mom' = g + 0.9 mom, w' = w - 0.01 mom', the
+    weight and momentum passed [N, M] either way and read across rows or as a [M, N] view."""
+    from sft.backend import compile_module, load
+    from sft.targets import get_target
+
+    m, n, k = 4, 6, 3
+    fn = load(compile_module(cal.update_program(m, n, k, transposed), get_target("host")),
+              driver="local-sync")
+    rng = np.random.default_rng(0)
+    x, dy = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+    w, mom = rng.standard_normal((n, m), np.float32), rng.standard_normal((n, m), np.float32)
+    g = x @ dy
+    if transposed:
+        want_mom = g.T + np.float32(0.9) * mom
+    else:
+        want_mom = g + np.float32(0.9) * mom.reshape(m, n)
+    want_w = (w if transposed else w.reshape(m, n)) - np.float32(0.01) * want_mom
+    new_w, new_mom = fn(x, dy, w, mom)
+    assert new_w.shape == want_w.shape and new_mom.shape == want_mom.shape
+    np.testing.assert_allclose(new_mom, want_mom, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(new_w, want_w, rtol=1e-5, atol=1e-5)
+
+
+def test_the_transposed_cost_is_the_extra_time_over_the_bytes_at_l2s_rate(monkeypatch):
+    """Per shape, (transposed - in order) seconds at L2's rate over the transposed bytes IREE's
+    profile counts (four tensors of M x N f32); the shapes' geometric mean; never below 1."""
+    from sft.targets import get_target
+
+    times = iter([{"in order": 1e-4, "transposed": 5e-4}, {"in order": 1e-4, "transposed": 1.05e-4}])
+    monkeypatch.setattr(cal, "UPDATE_SHAPES", ((32, 16, 8), (16, 32, 8)))
+    monkeypatch.setattr(cal, "benchmark", lambda *a, **k: next(times))
+    moved = 4 * 32 * 16 * 4
+    cost = cal.transposed_update_cost(get_target("host"), l2_bandwidth=1e9, rounds=1)
+    assert cost == pytest.approx(np.sqrt(4e-4 * 1e9 / moved * 1.0))  # the second: 0.61, floored

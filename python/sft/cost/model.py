@@ -26,12 +26,6 @@ from ..space.kernels import Kernel
 from ..space.options import ModuleOptions
 from .hardware import TargetDesc
 
-# What a byte an elementwise op fused into a contraction's dispatch walks across rows (read or
-# written transposed, in the contraction's tile order) costs, in bytes streamed in order: the
-# SGD-momentum update of a 256x1024 weight fused with its gradient took 636 us with its 4 MiB
-# of weight, state and results transposed and 391 us in order on one Zen 4 core (docs/results.md,
-# "Contractions in their readers' layout"): 245 us, 3.2x the 4 MiB at L2's streaming rate.
-TRANSPOSED_COST = 3.0
 # Share of peak assumed for a contraction whose code sft does not model (a convolution, a step
 # of a chain that is not matmul-like).
 UNTILED_EFFICIENCY = 0.5
@@ -154,11 +148,15 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: i
         b_reads = b_reads * np.where(strip_fits, 1.0, np.maximum(1.0, line / vk))
     from_l2 = workgroups * (a_panel * a_reads + b_panel * b_reads + dm * dn * nbytes) * cycle / (
         p.l2_bytes_per_cycle * speedup)
-    # DRAM -> L2: every operand once when a workgroup's panels fit in L2, else per workgroup.
+    # Beyond L2 -> L2: every operand once when a workgroup's panels fit in L2, else per
+    # workgroup; from the last-level cache where the operands fit there (a program called in a
+    # loop finds them where its last call left them), else from DRAM. Priced at DRAM's rate
+    # always, linear attention's written (Q K^T) V steps, 2 MiB between them, were predicted
+    # 291 us on two cores of a Zen 4 VM (32 MiB L3), where IREE's whole program took 364.
     l2_fit = a_panel + b_panel <= target.l2_bytes
     unique = b * (m * k + k * n + m * n) * nbytes
     from_dram = np.where(l2_fit, unique, workgroups * (a_panel + b_panel + dm * dn * nbytes)) / (
-        target.dram_bandwidth)
+        beyond_l2_bandwidth(unique, target))
 
     memory = np.maximum(from_l2, from_dram)
     exposed = (1.0 - p.overlap) * np.minimum(compute, memory)
@@ -203,6 +201,12 @@ def bandwidth(nbytes: float, target: TargetDesc, cores: int) -> float:
     2 x 16 MiB on a 32 MiB L3 ran at DRAM's rate) and its rate was measured, else DRAM's."""
     if nbytes <= target.l2_bytes * cores:
         return target.l2_bandwidth * parallel_speedup(cores, target)
+    return beyond_l2_bandwidth(nbytes, target)
+
+
+def beyond_l2_bandwidth(nbytes: float, target: TargetDesc) -> float:
+    """Bytes/s for `nbytes` that live beyond L2: the last-level cache's rate where they fit in
+    half of it and that rate was measured, else DRAM's."""
     if target.last_level_bandwidth and nbytes <= target.last_level_bytes / 2:
         return target.last_level_bandwidth
     return target.dram_bandwidth
@@ -247,11 +251,11 @@ def fused_seconds(dispatch: Dispatch | None, kernel: Kernel, target: TargetDesc,
 
 def transposed_seconds(profile: Profile, target: TargetDesc, cores: int) -> float:
     """What the transposed accesses of the ops fused into contraction dispatches add: their
-    bytes at `TRANSPOSED_COST` times L2's streaming rate on every core, the rate that constant
-    was measured against (a weight's update fits the last-level cache, not always L2: priced
-    at DRAM's rate, an 8 MiB update predicted a 0.89 ms step at 3.4 ms)."""
+    bytes at the target's `transposed_cost` times L2's streaming rate on every core, the rate
+    that cost is measured against (a weight's update fits the last-level cache, not always L2:
+    priced at DRAM's rate, an 8 MiB update predicted a 0.89 ms step at 3.4 ms)."""
     nbytes = sum(d.transposed_bytes for d in profile.dispatches)
-    return nbytes * TRANSPOSED_COST / (target.l2_bandwidth * parallel_speedup(cores, target))
+    return nbytes * target.transposed_cost / (target.l2_bandwidth * parallel_speedup(cores, target))
 
 
 def overheads(options: ModuleOptions, dispatch_count: int, target: TargetDesc) -> float:

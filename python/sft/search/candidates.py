@@ -76,8 +76,8 @@ def program_candidates(report, tiles: tuple = (), top_options: int = TOP_OPTIONS
     # The program as written and the graph rewrites the model ranked close to its pick, each
     # with IREE's tiles under the best options of each driver: a JAX GPT-2 step's weight
     # gradients computed in their update's layout (oriented) were priced 2% slower and ran 10%
-    # faster (the transposed update's cost is a constant measured on one other program:
-    # `cost.model.TRANSPOSED_COST`), and the parallel executor the model ranked second ran that
+    # faster (the transposed update's cost is one number measured on two other programs:
+    # `TargetDesc.transposed_cost`), and the parallel executor the model ranked second ran that
     # step fastest (IREE's default 1.51 ms, oriented on one thread 1.79).
     drivers = {}
     for option in report.ranked:
