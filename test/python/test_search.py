@@ -211,6 +211,55 @@ def test_bytes_stream_at_the_rate_of_the_cache_they_fit():
     assert bandwidth(4 << 20, dataclasses.replace(desc, last_level_bandwidth=0.0), 1) == 20e9
 
 
+def test_a_kernels_operands_come_from_the_last_level_cache_where_they_fit():
+    """Beyond L2, a kernel's operands stream at the last-level cache's measured rate where they
+    fit in half of it (a program called in a loop finds them there), else at DRAM's."""
+    thin = Kernel(0, (1024, 1024, 8), ("m", "n", "k"), 4, ())  # its 4 MiB result outgrows L2
+    llc = dataclasses.replace(HOST, l2_bytes=1 << 20, last_level_bytes=32 << 20,
+                              last_level_bandwidth=80e9, dram_bandwidth=20e9)
+    default = np.zeros((1, 5), int)
+    in_llc = predict(thin, default, llc, 1)[0]
+    from_dram = predict(thin, default, dataclasses.replace(llc, last_level_bandwidth=0.0), 1)[0]
+    beyond = predict(thin, default, dataclasses.replace(llc, last_level_bytes=4 << 20), 1)[0]
+    assert in_llc < from_dram and beyond == pytest.approx(from_dram)
+
+
+def test_an_untiled_contraction_is_priced_by_its_vector_tiles_accumulators():
+    """A contraction the search does not tile (a convolution) runs at the share of peak its
+    IREE vector tile allows: its parallel elements fill vectors of the ISA's lanes, and fewer
+    vectors than the FMA latency times the issue rate leave the FMA units waiting."""
+    from sft.cost.model import UNTILED_EFFICIENCY, memory_bound, untiled_efficiency
+
+    desc = dataclasses.replace(HOST, simd_f32=16,
+                               cpu=dataclasses.replace(HOST.cpu, fma_latency=4.0, fma_per_cycle=2.0))
+    conv = lambda vector: Dispatch(0, "conv_3x16x3x3x8x32x32_f32", (3, 16, 3, 3, 8, 32, 32), 1 << 16,  # noqa: E731
+                                   ((1, 8, 1, 3, 0, 0, 0), vector, (0, 0, 0, 0, 1, 1, 16)))
+    filter_gradient, wide = conv((1, 1, 1, 4, 0, 0, 0)), conv((1, 16, 1, 8, 0, 0, 0))
+    assert untiled_efficiency(filter_gradient, desc) == pytest.approx(0.25 / 8)  # a quarter vector, one chain
+    assert untiled_efficiency(wide, desc) == pytest.approx(1.0)  # 8 vectors: the 4 x 2 in flight
+    assert untiled_efficiency(conv((1, 1, 1, 24, 0, 0, 0)), desc) == pytest.approx(0.75 * 2 / 8)
+    assert untiled_efficiency(Dispatch(0, "conv_4x4_f32", (4, 4), 64, None), desc) == UNTILED_EFFICIENCY
+    assert memory_bound(filter_gradient, desc, 1) == pytest.approx(32 * memory_bound(wide, desc, 1))
+
+
+def test_iree_defaults_prediction_is_of_the_program_as_written():
+    """Every plan of a CNN training step computes its filter gradients as matmuls (sft-im2col);
+    IREE's default compiles the program as written, convolutions and all, and is predicted so
+    (on the rewritten program's view instead, the step's default read 0.70 ms where it took
+    2.98 and the plans 1.0-1.3)."""
+    from sft.passes.hold_transposed import fixed_state
+    from sft.search.strategy import _default_predicted, search_plan
+    from sft.tools.bench_quality_programs import program_of
+
+    program = program_of("cnn")
+    _, report = search_plan(program.sft_text, HOST_TARGET, fixed=fixed_state(program.signature))
+    assert report.im2col  # the rewrite every plan has
+    as_written = _default_predicted(program.sft_text, list(HOST_TARGET.options), HOST_TARGET)
+    rewritten = next(o.predicted for o in report.ranked if o.options.is_default)
+    assert report.default_predicted == pytest.approx(as_written)
+    assert as_written != pytest.approx(rewritten, rel=1e-3)
+
+
 def test_search_weighs_driver_overheads_against_parallelism():
     # One tiny dispatch: the parallel executor's wake-up dominates, so inline (serial) wins; a
     # large matmul on a target whose second core really helps goes parallel.

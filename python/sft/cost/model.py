@@ -221,8 +221,25 @@ def memory_bound(dispatch: Dispatch, target: TargetDesc, cores: int) -> float:
     if dispatch.is_relayout:
         work *= target.relayout_cost
     if dispatch.is_contraction:  # one IREE has but the search does not tile (a convolution)
-        work = max(work, compute_floor(dispatch.flops, target, cores) / UNTILED_EFFICIENCY)
+        work = max(work, compute_floor(dispatch.flops, target, cores) / untiled_efficiency(dispatch, target))
     return work
+
+
+def untiled_efficiency(dispatch: Dispatch, target: TargetDesc) -> float:
+    """Share of peak IREE's CPU code reaches on a contraction the search does not tile: its
+    vector tile's parallel elements are accumulators, in vectors of the ISA's lanes (the lanes
+    they fill), and fewer vectors than the FMA latency times the issue rate leave the FMA
+    units waiting on the chains. A CNN training step's convolutions on one Zen 4 core (16
+    lanes, latency 4.6, 2 FMAs a cycle): a filter gradient's 4 elements a tile ran 4.7 GFLOP/s
+    and another 4-element one 5.6 (priced 3.1), a 16x8 tile 98 (priced 98); a 3-channel input
+    one 36 and a stride-2 one 19 (both priced 98). `UNTILED_EFFICIENCY` where there is no CPU
+    config (a GPU's, or none), and for the steps of a chain not yet formed."""
+    if dispatch.gpu is not None or not dispatch.config or len(dispatch.config) < 2:
+        return UNTILED_EFFICIENCY
+    elements = math.prod(t for t in dispatch.config[1] if t) or 1
+    vectors = math.ceil(elements / target.simd_f32)
+    lanes = elements / (vectors * target.simd_f32)
+    return lanes * min(1.0, vectors / (target.cpu.fma_latency * target.cpu.fma_per_cycle))
 
 
 def contraction_floor(dispatch: Dispatch | None, target: TargetDesc, cores: int) -> float:
