@@ -79,7 +79,7 @@ def relayout_cost(target, rounds: int, progress=None) -> float:
 # A weight gradient at batch 8 and its fused SGD-momentum update, the weight 1024 x 256 and
 # 256 x 1024: its rows 4 KiB and 1 KiB apart. On a 2-core Zen 4 VM the update walked across
 # rows cost 19.3x and 3.2x its bytes streamed at L2's rate (the four tensors' rows share L1's
-# sets at 4 KiB); the geometric mean, 7.8x, is what a JAX MLP step's two such dispatches
+# sets at 4 KiB); the geometric mean, 7.7x, is what a JAX MLP step's two such dispatches
 # measured (5.6x and 10.3x in the program, 7.6x; at batch 32, 7.7x), where 3.0 was assumed.
 UPDATE_SHAPES = ((1024, 256, 8), (256, 1024, 8))
 

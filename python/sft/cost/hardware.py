@@ -126,7 +126,7 @@ class TargetDesc:
     # CPU: what a byte an elementwise op fused into a contraction's dispatch walks across rows
     # (read or written transposed, in the contraction's tile order: a JAX step's weight update
     # fused into its gradient) costs, in bytes streamed in order at L2's rate; `sft-calibrate`
-    # measures it (7.8 on a 2-core Zen 4 VM); 3.0, the default, was read off one SGD-momentum
+    # measures it (7.7 on a 2-core Zen 4 VM); 3.0, the default, was read off one SGD-momentum
     # update on one Zen 4 core (636 us transposed, 391 in order)
     transposed_cost: float = 3.0
 

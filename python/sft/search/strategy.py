@@ -175,7 +175,8 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
         rewrite = WRITTEN
     if convs or sums:  # IREE's default is the program before them: predicted on its own view
         as_is = _default_predicted(as_written, options, target)
-        reports[WRITTEN].default_predicted = reports[WRITTEN].default_predicted if as_is is None else as_is
+        if as_is is not None:  # (where IREE cannot compile it as it is, the rewritten's stands in)
+            reports[WRITTEN].default_predicted = as_is
     for r in reports.values():
         r.add_alternatives(reports)
         r.im2col, r.split = convs, sums
@@ -221,7 +222,7 @@ def _default_predicted(sft_text: str, options: list, target: Target) -> float | 
     (the other plans, which all have the matmuls, 1.0-1.3)."""
     defaults = [o for o in options if o.is_default]
     kernels, found = iree_view(to_sft(sft_text), target, defaults)
-    if not found:  # IREE cannot compile it as it is (its rewritten view's stands in)
+    if not found:  # IREE cannot compile it as it is
         return None
     return search_program(kernels, found, target, defaults).default_predicted
 
