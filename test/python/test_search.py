@@ -214,8 +214,9 @@ def test_bytes_stream_at_the_rate_of_the_cache_they_fit():
 def test_a_kernels_operands_come_from_the_last_level_cache_where_they_fit():
     """Beyond L2, a kernel's operands stream at the last-level cache's measured rate where they
     fit in half of it (a program called in a loop finds them there), else at DRAM's."""
-    thin = Kernel(0, (1024, 1024, 8), ("m", "n", "k"), 4, ())  # its 4 MiB result outgrows L2
-    llc = dataclasses.replace(HOST, l2_bytes=1 << 20, last_level_bytes=32 << 20,
+    # its 16 MiB result outgrows L2, and streaming it outlasts its 34 MFLOP on any ISA
+    thin = Kernel(0, (2048, 2048, 4), ("m", "n", "k"), 4, ())
+    llc = dataclasses.replace(HOST, l2_bytes=1 << 20, last_level_bytes=64 << 20,
                               last_level_bandwidth=80e9, dram_bandwidth=20e9)
     default = np.zeros((1, 5), int)
     in_llc = predict(thin, default, llc, 1)[0]
