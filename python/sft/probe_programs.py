@@ -110,27 +110,26 @@ def update_program(m: int, n: int, k: int, transposed: bool) -> str:
     walks the four tensors (the weight, the momentum, their new values) across their rows;
     else it reads them reshaped to [M, N] (a view: no data moves), in order."""
     passed, held = f"tensor<{n}x{m}xf32>", f"tensor<{m}x{n}xf32>"
-    lines = [f"func.func @main(%x: tensor<{m}x{k}xf32>, %dy: tensor<{k}x{n}xf32>, %w0: {passed}, "
-             f"%mom0: {passed}) -> ({passed if transposed else held}, {passed if transposed else held}) {{",
-             "  %zero = arith.constant 0.0 : f32",
-             "  %mu = arith.constant 0.9 : f32",
-             "  %lr = arith.constant -0.01 : f32",
-             *_matmul("g", "x", "dy", m, k, n)]
-    for name in ("w", "mom"):
-        if transposed:
-            lines.append(f"  %{name} = tensor.cast %{name}0 : {passed} to {passed}")
-        else:
-            lines += [f"  %{name}f = tensor.collapse_shape %{name}0 [[0, 1]] : {passed} into tensor<{m * n}xf32>",
-                      f"  %{name} = tensor.expand_shape %{name}f [[0, 1]] output_shape [{m}, {n}] : "
+    ty, at = (passed, "(d1, d0)") if transposed else (held, "(d0, d1)")
+    views = []
+    if not transposed:
+        for name in ("w", "mom"):
+            views += [f"  %{name}f = tensor.collapse_shape %{name}0 [[0, 1]] : {passed} into tensor<{m * n}xf32>",
+                      f"  %{name}1 = tensor.expand_shape %{name}f [[0, 1]] output_shape [{m}, {n}] : "
                       f"tensor<{m * n}xf32> into {held}"]
-    ty = passed if transposed else held
-    at = "(d1, d0)" if transposed else "(d0, d1)"
+    w, mom = ("%w0", "%mom0") if transposed else ("%w1", "%mom1")
     maps = ", ".join(f"affine_map<(d0, d1) -> {x}>" for x in ("(d0, d1)", at, at, at, at))
     return "\n".join([
-        *lines,
+        f"func.func @main(%x: tensor<{m}x{k}xf32>, %dy: tensor<{k}x{n}xf32>, %w0: {passed}, "
+        f"%mom0: {passed}) -> ({ty}, {ty}) {{",
+        "  %zero = arith.constant 0.0 : f32",
+        "  %mu = arith.constant 0.9 : f32",
+        "  %lr = arith.constant -0.01 : f32",
+        *_matmul("g", "x", "dy", m, k, n),
+        *views,
         f"  %e = tensor.empty() : {ty}",
         f"  %r:2 = linalg.generic {{indexing_maps = [{maps}], iterator_types = [\"parallel\", "
-        f"\"parallel\"]}} ins(%g, %w, %mom : {held}, {ty}, {ty}) outs(%e, %e : {ty}, {ty}) {{",
+        f"\"parallel\"]}} ins(%g, {w}, {mom} : {held}, {ty}, {ty}) outs(%e, %e : {ty}, {ty}) {{",
         "  ^bb0(%gv: f32, %wv: f32, %mv: f32, %o1: f32, %o2: f32):",
         "    %a = arith.mulf %mv, %mu : f32",
         "    %m2 = arith.addf %gv, %a : f32",
