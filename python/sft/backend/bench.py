@@ -23,6 +23,11 @@ from .process import run_group
 from .runtime import device_flags
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+# Seconds of calls each process makes before the timed ones (at least one call). Without it a
+# call longer than the minimum time was timed once, cold: on a 2-core Zen 3 VM a 64 MiB copy's
+# first call faulted in its result's 16K pages (3.7 us each there), 51-65 ms against 8.5 warm,
+# and `sft-calibrate` read DRAM at 2.2 GB/s where sft's runtime streams it at ~15.
+WARMUP_SECONDS = 0.01
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,8 @@ def benchmark(variants: dict, inputs: list, rounds: int = 5, min_time: float = 0
             module.write_bytes(variant.artifact.vmfb)
             commands[name] = [tool, f"--module={module}", f"--function={function}",
                               *device_flags(variant.device), *flags, "--benchmark_format=json",
-                              f"--benchmark_min_time={min_time}s"]
+                              f"--benchmark_min_time={min_time}s",
+                              f"--benchmark_min_warmup_time={WARMUP_SECONDS}"]
         for _ in range(rounds):
             for name, cmd in commands.items():
                 if samples[name] is None:
