@@ -26,7 +26,7 @@ from .kernel_fit import (FIT_CANDIDATES, FIT_KERNELS, FIT_ROUNDS, LINEAR, PLAIN,
 from .measure import kernel_inputs, kernel_program
 from .passes.hold_packed import UKERNELS_OFF, HoldPackedPass, block_of
 from .probe_programs import (chain_program, fma_program, held_matmul_program, probe_program,
-                             relayout_program, update_program)
+                             relayout_program, update_program, UPDATE_BODIES)
 from .space.kernels import Kernel
 from .space.options import DATA_TILING, SERIAL_DRIVER, UKERNELS
 from .targets import get_target
@@ -84,24 +84,49 @@ def relayout_cost(target, rounds: int, progress=None) -> float:
 UPDATE_SHAPES = ((1024, 256, 8), (256, 1024, 8))
 
 
-def transposed_update_cost(target, l2_bandwidth: float, rounds: int, progress=None) -> float:
-    """What a byte an elementwise update fused into a contraction's dispatch walks across rows
-    costs, in bytes streamed at `l2_bandwidth` (`TargetDesc.transposed_cost`): per shape of
-    `UPDATE_SHAPES`, its update program's time held across rows less held in order, inline on
-    one thread, the two taking turns, over its transposed bytes as IREE's profile counts them;
-    the geometric mean of the shapes' (at least 1)."""
-    costs = []
+def transposed_update_cost(target, l2_bandwidth: float, rounds: int, progress=None) -> tuple[float, float]:
+    """What an elementwise update fused into a contraction's dispatch costs walked across rows:
+    (a byte, in bytes streamed at `l2_bandwidth`: `TargetDesc.transposed_cost`; an op of its
+    body a point, in seconds: `TargetDesc.transposed_op_seconds`). Per shape of
+    `UPDATE_SHAPES` and optimizer (SGD-momentum, AdamW: `probe_programs.UPDATE_BODIES`), the
+    update program's time held across rows less held in order, inline on one thread, the two
+    taking turns; per shape, the two unknowns that give both optimizers' extra time from the
+    bytes and ops IREE's profile counts (the bytes' cost at least 1, the ops' at least 0, the
+    other solved again where one is held there); the byte costs' geometric mean, the op
+    costs' mean."""
+    costs, op_costs = [], []
     for m, n, k in UPDATE_SHAPES:
-        texts = {name: update_program(m, n, k, name == "transposed") for name in ("in order", "transposed")}
-        variants = {name: Variant(compile_module(text, target), SERIAL_DRIVER) for name, text in texts.items()}
-        moved = sum(d.transposed_bytes for d in profile(texts["transposed"], target).dispatches)
-        held = f"{n}x{m}xf32"
-        seconds = benchmark(variants, [f"{m}x{k}xf32", f"{k}x{n}xf32", held, held], rounds=rounds,
-                            progress=progress)
-        if None in seconds.values() or not moved:
-            return TargetDesc.transposed_cost  # not measured: the default
-        costs.append(max((seconds["transposed"] - seconds["in order"]) * l2_bandwidth / moved, 1.0))
-    return float(np.exp(np.mean(np.log(costs))))
+        rows = []  # (transposed bytes at l2_bandwidth, body work, extra seconds) per optimizer
+        for optimizer, (states, _) in UPDATE_BODIES.items():
+            texts = {name: update_program(m, n, k, name == "transposed", optimizer)
+                     for name in ("in order", "transposed")}
+            variants = {name: Variant(compile_module(text, target), SERIAL_DRIVER) for name, text in texts.items()}
+            found = profile(texts["transposed"], target).dispatches
+            moved = sum(d.transposed_bytes for d in found)
+            held = f"{n}x{m}xf32"
+            seconds = benchmark(variants, [f"{m}x{k}xf32", f"{k}x{n}xf32", *[held] * (1 + len(states))],
+                                rounds=rounds, progress=progress)
+            if None in seconds.values() or not moved:
+                return TargetDesc.transposed_cost, TargetDesc.transposed_op_seconds  # not measured
+            rows.append((moved / l2_bandwidth, sum(d.transposed_work for d in found),
+                         seconds["transposed"] - seconds["in order"]))
+        cost, op_cost = _bytes_and_ops(rows)
+        costs.append(cost)
+        op_costs.append(op_cost)
+    return float(np.exp(np.mean(np.log(costs)))), float(np.mean(op_costs))
+
+
+def _bytes_and_ops(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """(c, o) with streamed * c + work * o = extra for both (streamed, work, extra) rows, c at
+    least 1 and o at least 0 (the other fitted to the rows again where one is held)."""
+    (s1, w1, e1), (s2, w2, e2) = rows
+    det = s1 * w2 - s2 * w1
+    cost, op_cost = ((e1 * w2 - e2 * w1) / det, (s1 * e2 - s2 * e1) / det) if det else (0.0, -1.0)
+    if op_cost < 0:  # the ops cost nothing that the bytes do not: the bytes alone
+        return max((e1 + e2) / (s1 + s2), 1.0), 0.0
+    if cost < 1:  # the bytes at least at the streaming rate, the ops the rest
+        return 1.0, max((e1 + e2 - s1 - s2) / (w1 + w2), 0.0)
+    return cost, op_cost
 
 
 def fma_peak(rounds: int, progress=None) -> float:
@@ -294,7 +319,8 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         "last_level_bandwidth": 2 * middle * 4 / in_llc if in_llc else 0.0,
         "relayout_cost": relayout_cost(target, rounds, progress),
         "l2_bandwidth": l2_bandwidth,
-        "transposed_cost": transposed_update_cost(target, l2_bandwidth, rounds, progress),
+        **dict(zip(("transposed_cost", "transposed_op_seconds"),
+                   transposed_update_cost(target, l2_bandwidth, rounds, progress))),
         "peak_flops_f32": host.peak_flops_f32 * predicted / work,
         "parallel_efficiency": efficiency,
         "data_tiling_speedup": m["default"] / m["dt"],
@@ -342,8 +368,8 @@ def calibration_runs(rounds: int = 7, fit_rounds: int = FIT_ROUNDS) -> int:
     # chains 4, split chains 4 a reading (and the chains' inline 2 in the benchmark tool),
     # copies 3, the relayout 2, the two matmuls' option sets 3 each, the FMA programs, each
     # executor reading 4 and its probe's 2 in 3 processes, the packed matmuls 2 a shape, the
-    # updates 2 a shape
-    return ((17 + len(FMA_CHAINS) + 14 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES) + 2 * len(UPDATE_SHAPES))
+    # updates 2 an optimizer a shape
+    return ((17 + len(FMA_CHAINS) + 14 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES) + 4 * len(UPDATE_SHAPES))
             * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds))
 
 

@@ -103,38 +103,80 @@ def probe_program(m: int, d: int, h: int) -> str:
         f"  return %y : tensor<{m}x{d}xf32>", "}"]) + "\n"
 
 
-def update_program(m: int, n: int, k: int, transposed: bool) -> str:
-    """A weight gradient g = x[M, K] @ dy[K, N] and the SGD-momentum update of a weight and its
-    momentum that IREE fuses into the gradient's dispatch. Both are passed [N, M], as a JAX
-    step holds a weight against the gradient its matmul computes: `transposed`, the update
-    walks the four tensors (the weight, the momentum, their new values) across their rows;
-    else it reads them reshaped to [M, N] (a view: no data moves), in order."""
+# The optimizer updates a weight gradient's dispatch fuses (`update_program`): the state tensors
+# each reads and writes beside the weight, and its body (`%gv` the gradient, `%wv` the weight,
+# `%s0`, `%s1` the state; yields the new weight and state). AdamW's constants are PyTorch's
+# defaults, its bias corrections at step 10.
+UPDATE_BODIES = {
+    "sgd": (("mom",), [
+        "    %a = arith.mulf %s0, %mu : f32",
+        "    %m2 = arith.addf %gv, %a : f32",
+        "    %b = arith.mulf %m2, %lr : f32",
+        "    %w2 = arith.addf %wv, %b : f32",
+        "    linalg.yield %w2, %m2 : f32, f32"]),
+    "adamw": (("m", "v"), [
+        "    %b1 = arith.constant 0.9 : f32",
+        "    %b1c = arith.constant 0.1 : f32",
+        "    %b2 = arith.constant 0.999 : f32",
+        "    %b2c = arith.constant 0.001 : f32",
+        "    %c1 = arith.constant 0.6513216 : f32",
+        "    %c2 = arith.constant 0.0099551 : f32",
+        "    %eps = arith.constant 1.0e-8 : f32",
+        "    %wd = arith.constant 0.99999 : f32",
+        "    %alr = arith.constant 0.001 : f32",
+        "    %ma = arith.mulf %s0, %b1 : f32",
+        "    %mb = arith.mulf %gv, %b1c : f32",
+        "    %m2 = arith.addf %ma, %mb : f32",
+        "    %gg = arith.mulf %gv, %gv : f32",
+        "    %va = arith.mulf %s1, %b2 : f32",
+        "    %vb = arith.mulf %gg, %b2c : f32",
+        "    %v2 = arith.addf %va, %vb : f32",
+        "    %mh = arith.divf %m2, %c1 : f32",
+        "    %vh = arith.divf %v2, %c2 : f32",
+        "    %sq = math.sqrt %vh : f32",
+        "    %de = arith.addf %sq, %eps : f32",
+        "    %st = arith.divf %mh, %de : f32",
+        "    %sl = arith.mulf %st, %alr : f32",
+        "    %wdk = arith.mulf %wv, %wd : f32",
+        "    %w2 = arith.subf %wdk, %sl : f32",
+        "    linalg.yield %w2, %m2, %v2 : f32, f32, f32"]),
+}
+
+
+def update_program(m: int, n: int, k: int, transposed: bool, optimizer: str = "sgd") -> str:
+    """A weight gradient g = x[M, K] @ dy[K, N] and the update of a weight and its optimizer
+    state (`UPDATE_BODIES`: "sgd", SGD with momentum; "adamw") that IREE fuses into the
+    gradient's dispatch. All are passed [N, M], as a JAX step holds a weight against the
+    gradient its matmul computes: `transposed`, the update walks them and their new values
+    across their rows; else it reads them reshaped to [M, N] (a view: no data moves), in order."""
+    states, body = UPDATE_BODIES[optimizer]
     passed, held = f"tensor<{n}x{m}xf32>", f"tensor<{m}x{n}xf32>"
     ty, at = (passed, "(d1, d0)") if transposed else (held, "(d0, d1)")
+    names = ["w", *states]
     views = []
     if not transposed:
-        for name in ("w", "mom"):
+        for name in names:
             views += [f"  %{name}f = tensor.collapse_shape %{name}0 [[0, 1]] : {passed} into tensor<{m * n}xf32>",
                       f"  %{name}1 = tensor.expand_shape %{name}f [[0, 1]] output_shape [{m}, {n}] : "
                       f"tensor<{m * n}xf32> into {held}"]
-    w, mom = ("%w0", "%mom0") if transposed else ("%w1", "%mom1")
-    maps = ", ".join(f"affine_map<(d0, d1) -> {x}>" for x in ("(d0, d1)", at, at, at, at))
+    read = [f"%{name}{0 if transposed else 1}" for name in names]
+    maps = ", ".join(f"affine_map<(d0, d1) -> {x}>" for x in ("(d0, d1)", *[at] * (2 * len(names))))
+    results = ", ".join([ty] * len(names))
+    block = ", ".join(["%gv: f32", "%wv: f32", *[f"%s{i}: f32" for i in range(len(states))],
+                       *[f"%o{i}: f32" for i in range(len(names))]])
     return "\n".join([
-        f"func.func @main(%x: tensor<{m}x{k}xf32>, %dy: tensor<{k}x{n}xf32>, %w0: {passed}, "
-        f"%mom0: {passed}) -> ({ty}, {ty}) {{",
+        f"func.func @main(%x: tensor<{m}x{k}xf32>, %dy: tensor<{k}x{n}xf32>, "
+        + ", ".join(f"%{name}0: {passed}" for name in names) + f") -> ({results}) {{",
         "  %zero = arith.constant 0.0 : f32",
         "  %mu = arith.constant 0.9 : f32",
         "  %lr = arith.constant -0.01 : f32",
         *_matmul("g", "x", "dy", m, k, n),
         *views,
         f"  %e = tensor.empty() : {ty}",
-        f"  %r:2 = linalg.generic {{indexing_maps = [{maps}], iterator_types = [\"parallel\", "
-        f"\"parallel\"]}} ins(%g, {w}, {mom} : {held}, {ty}, {ty}) outs(%e, %e : {ty}, {ty}) {{",
-        "  ^bb0(%gv: f32, %wv: f32, %mv: f32, %o1: f32, %o2: f32):",
-        "    %a = arith.mulf %mv, %mu : f32",
-        "    %m2 = arith.addf %gv, %a : f32",
-        "    %b = arith.mulf %m2, %lr : f32",
-        "    %w2 = arith.addf %wv, %b : f32",
-        "    linalg.yield %w2, %m2 : f32, f32",
-        f"  }} -> ({ty}, {ty})",
-        f"  return %r#0, %r#1 : {ty}, {ty}", "}"]) + "\n"
+        f"  %r:{len(names)} = linalg.generic {{indexing_maps = [{maps}], iterator_types = [\"parallel\", "
+        f"\"parallel\"]}} ins(%g, {', '.join(read)} : {held}, {', '.join([ty] * len(names))}) "
+        f"outs({', '.join(['%e'] * len(names))} : {results}) {{",
+        f"  ^bb0({block}):",
+        *body,
+        f"  }} -> ({results})",
+        f"  return {', '.join(f'%r#{i}' for i in range(len(names)))} : {results}", "}"]) + "\n"

@@ -282,39 +282,82 @@ def test_a_packed_weights_speed_up_is_measured_on_the_host(monkeypatch):
     assert np.isfinite(speedup) and speedup > 0  # (its size is the host's: not asserted)
 
 
+def _updated(optimizer: str, g, w, state):
+    """numpy's update of weight `w` and its `state` by gradient `g` (`UPDATE_BODIES`)."""
+    if optimizer == "sgd":
+        mom = g + np.float32(0.9) * state[0]
+        return w - np.float32(0.01) * mom, mom
+    m = np.float32(0.9) * state[0] + np.float32(0.1) * g
+    v = np.float32(0.999) * state[1] + np.float32(0.001) * g * g
+    step = (m / np.float32(0.6513216)) / (np.sqrt(v / np.float32(0.0099551)) + np.float32(1e-8))
+    return w * np.float32(0.99999) - np.float32(0.001) * step, m, v
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_the_update_programs_compute_a_gradient_and_its_momentum_update(transposed):
-    """The transposed cost's programs: g = x @ dy, mom' = g + 0.9 mom, w' = w - 0.01 mom', the
-    weight and momentum passed [N, M] either way and read across rows or as a [M, N] view."""
+def test_the_update_programs_compute_a_gradient_and_its_optimizers_update(transposed, optimizer):
+    """The transposed cost's programs: g = x @ dy and the optimizer's update of the weight and
+    its state, all passed [N, M] either way and read across rows or as a [M, N] view."""
     from sft.backend import compile_module, load
     from sft.targets import get_target
 
     m, n, k = 4, 6, 3
-    fn = load(compile_module(cal.update_program(m, n, k, transposed), get_target("host")),
+    fn = load(compile_module(cal.update_program(m, n, k, transposed, optimizer), get_target("host")),
               driver="local-sync")
     rng = np.random.default_rng(0)
     x, dy = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
-    w, mom = rng.standard_normal((n, m), np.float32), rng.standard_normal((n, m), np.float32)
-    g = x @ dy
-    if transposed:
-        want_mom = g.T + np.float32(0.9) * mom
-    else:
-        want_mom = g + np.float32(0.9) * mom.reshape(m, n)
-    want_w = (w if transposed else w.reshape(m, n)) - np.float32(0.01) * want_mom
-    new_w, new_mom = fn(x, dy, w, mom)
-    assert new_w.shape == want_w.shape and new_mom.shape == want_mom.shape
-    np.testing.assert_allclose(new_mom, want_mom, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(new_w, want_w, rtol=1e-5, atol=1e-5)
+    w, *state = (rng.standard_normal((n, m), np.float32) for _ in range(1 + len(cal.UPDATE_BODIES[optimizer][0])))
+    state = [np.abs(s) for s in state]  # (AdamW's second moment is never negative)
+    as_held = (lambda a: a) if transposed else (lambda a: a.reshape(m, n))
+    g = (x @ dy).T if transposed else x @ dy
+    want = _updated(optimizer, g, as_held(w), [as_held(s) for s in state])
+    got = fn(x, dy, w, *state)
+    assert len(got) == len(want)
+    for ours, theirs in zip(got, want):
+        assert ours.shape == theirs.shape and ours.dtype == np.float32
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
-def test_the_transposed_cost_is_the_extra_time_over_the_bytes_at_l2s_rate(monkeypatch):
-    """Per shape, (transposed - in order) seconds at L2's rate over the transposed bytes IREE's
-    profile counts (four tensors of M x N f32); the shapes' geometric mean; never below 1."""
+@pytest.mark.parametrize("optimizer, ops", [("sgd", 4), ("adamw", 15)])
+def test_iree_profile_counts_a_transposed_updates_bytes_and_body_ops(optimizer, ops):
+    """The profile's transposed bytes (the weight, its state and their new values, [N, M] f32)
+    and work (their points times the body's ops, constants left out) of the update programs;
+    none where they are read in order."""
+    from sft.backend import profile
     from sft.targets import get_target
 
-    times = iter([{"in order": 1e-4, "transposed": 5e-4}, {"in order": 1e-4, "transposed": 1.05e-4}])
-    monkeypatch.setattr(cal, "UPDATE_SHAPES", ((32, 16, 8), (16, 32, 8)))
+    m, n, k = 32, 16, 8
+    tensors = 2 * (1 + len(cal.UPDATE_BODIES[optimizer][0]))
+    across = profile(cal.update_program(m, n, k, True, optimizer), get_target("host")).dispatches
+    in_order = profile(cal.update_program(m, n, k, False, optimizer), get_target("host")).dispatches
+    assert sum(d.transposed_bytes for d in across) == tensors * m * n * 4
+    assert sum(d.transposed_work for d in across) == ops * m * n
+    assert sum(d.transposed_bytes + d.transposed_work for d in in_order) == 0
+
+
+def test_the_transposed_costs_give_both_updates_extra_time(monkeypatch):
+    """Per shape, the byte cost (in bytes at L2's rate) and op cost (seconds a point) that give
+    SGD's and AdamW's extra time across rows from their profiles' bytes and work; the shapes'
+    geometric mean and mean."""
+    from sft.targets import get_target
+
+    m, n = 32, 16
+    sgd, adamw = (4 * m * n * 4, 4 * m * n), (6 * m * n * 4, 15 * m * n)  # (bytes, work)
+    c, o = 3.0, 2e-9  # the first shape's; the second's: bytes alone, 1.5
+    extra = [c * sgd[0] / 1e9 + o * sgd[1], c * adamw[0] / 1e9 + o * adamw[1],
+             1.5 * sgd[0] / 1e9, 1.5 * adamw[0] / 1e9]
+    times = iter([{"in order": 1e-4, "transposed": 1e-4 + e} for e in extra])
+    monkeypatch.setattr(cal, "UPDATE_SHAPES", ((m, n, 8), (n, m, 8)))
     monkeypatch.setattr(cal, "benchmark", lambda *a, **k: next(times))
-    moved = 4 * 32 * 16 * 4
-    cost = cal.transposed_update_cost(get_target("host"), l2_bandwidth=1e9, rounds=1)
-    assert cost == pytest.approx(np.sqrt(4e-4 * 1e9 / moved * 1.0))  # the second: 0.61, floored
+    cost, op_cost = cal.transposed_update_cost(get_target("host"), l2_bandwidth=1e9, rounds=1)
+    assert cost == pytest.approx(np.sqrt(3.0 * 1.5), rel=1e-6)
+    assert op_cost == pytest.approx(o / 2, rel=1e-6)
+
+
+def test_the_transposed_costs_hold_the_bytes_at_the_streaming_rate_and_ops_at_no_cost():
+    # (streamed seconds, work, extra seconds) of SGD and AdamW
+    assert cal._bytes_and_ops([(1.0, 4.0, 1.0), (1.5, 15.0, 2.0)]) == pytest.approx((1.0, 0.5 / 19))
+    assert cal._bytes_and_ops([(1.0, 4.0, 5.0), (1.5, 15.0, 5.0)]) == pytest.approx((4.0, 0.0))
+    assert cal._bytes_and_ops([(1.0, 4.0, 2.4), (1.5, 15.0, 4.5)]) == pytest.approx((2.0, 0.1))
+
+

@@ -140,6 +140,9 @@ class Dispatch:
     # transposed (through a permutation of its loops): they move in the contraction's tile
     # order, across rows (`cost.model.transposed_seconds`).
     transposed_bytes: int = 0
+    # Its body's work over those ops: their iteration space times the ops computed a point (not
+    # constants): AdamW's update is 15, SGD-momentum's 4 (`TargetDesc.transposed_op_seconds`).
+    transposed_work: int = 0
     # Its root is IREE's packed contraction (data tiling: `linalg.mmt4d`).
     packed: bool = False
     # A packed contraction's inner tile (m0, n0, k0): its `dims` are the matmul's, padded up to
@@ -212,11 +215,14 @@ class Profile:
             transposed = d.get("transposed_bytes", 0)  # absent from profiles written before
             if type(transposed) is not int:
                 raise TypeError(f"transposed_bytes {transposed!r}")
+            work = d.get("transposed_work", 0)
+            if type(work) is not int:
+                raise TypeError(f"transposed_work {work!r}")
             packed = d.get("packed", False)
             if type(packed) is not bool:
                 raise TypeError(f"packed {packed!r}")
             return Dispatch(d["index"], d["name"], ints(d["dims"]), d["bytes"], config, tuple(d["maps"]),
-                            transposed_bytes=transposed, packed=packed,
+                            transposed_bytes=transposed, transposed_work=work, packed=packed,
                             inner=ints(d.get("inner", [])), gpu=gpu)
 
         count = data["dispatch_count"]
@@ -228,22 +234,26 @@ class Profile:
 _TENSOR = re.compile(r"tensor<((?:\d+x)+)[a-z]+(\d+)>")
 
 
-def transposed_operand_bytes(line: str) -> int:
-    """Bytes of a linalg.generic's operands (the line IREE prints its header on) that it indexes
-    through a permutation of all its loops other than the identity: the tensors it walks across
-    their rows."""
+def transposed_operands(line: str) -> tuple[int, int]:
+    """(bytes, points) of a linalg.generic's operands (the line IREE prints its header on) that
+    it indexes through a permutation of all its loops other than the identity, the tensors it
+    walks across their rows, and the points of its iteration space (0, 0 where none is)."""
     maps = _MAP.findall(line)
     start = line.find("ins(")
     if not maps or start < 0:
-        return 0
+        return 0, 0
     operands = _TENSOR.findall(line[start:])
-    total = 0
+    total, points = 0, 0
     for text, (shape, bits) in zip(maps, operands):
         dims, results = (part.strip(" ()") for part in text.split("->"))
         loops, read = [d.strip() for d in dims.split(",")], [r.strip() for r in results.split(",")]
         if sorted(read) == sorted(loops) and read != loops:
-            total += math.prod(int(x) for x in shape.rstrip("x").split("x")) * max(1, int(bits) // 8)
-    return total
+            points = math.prod(int(x) for x in shape.rstrip("x").split("x"))
+            total += points * max(1, int(bits) // 8)
+    return total, points
+
+
+_BODY_OP = re.compile(r"= (?:arith\.(?!constant)|math\.)\w+")
 
 
 def _padded(dims: tuple[int, ...], inner: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -266,6 +276,7 @@ def _unpacked(name: str, dims: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[
 def parse_profile(text: str) -> Profile:
     """The dispatches of `iree-compile --compile-to=executable-configurations` output."""
     dispatches, current, translation, contraction = [], None, None, False
+    points = 0  # the iteration space of the transposed generic whose body is being read
 
     def close():
         if current is not None:
@@ -281,14 +292,20 @@ def parse_profile(text: str) -> Profile:
             current = dict(index=int(number) if kind == "dispatch" else -1 - int(number), name=name,
                            dims=tuple(int(x) for x in dims.group(1).split("x")) if dims else (),
                            bytes=0, config=None, maps=(), gpu=None, transposed_bytes=0,
-                           packed=False, inner=())
+                           transposed_work=0, packed=False, inner=())
             translation = gpu_translation(line)
             contraction = any(word in current["name"] for word in CONTRACTION_WORDS)
+            points = 0
             continue
         if current is None:
             continue
         if contraction and "linalg.generic" in line:
-            current["transposed_bytes"] += transposed_operand_bytes(line)
+            moved, points = transposed_operands(line)
+            current["transposed_bytes"] += moved
+        elif points and "linalg.yield" in line:
+            points = 0  # the transposed generic's body ends
+        elif points and _BODY_OP.search(line):
+            current["transposed_work"] += points
         current["packed"] |= "linalg.mmt4d" in line or "linalg.batch_mmt4d" in line
         buffer = _BUFFER.search(line)
         if buffer:

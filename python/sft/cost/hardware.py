@@ -129,6 +129,11 @@ class TargetDesc:
     # measures it (7.7 on a 2-core Zen 4 VM); 3.0, the default, was read off one SGD-momentum
     # update on one Zen 4 core (636 us transposed, 391 in order)
     transposed_cost: float = 3.0
+    # CPU: what each op of such an update's body costs a point on top of its bytes, in seconds
+    # (`Dispatch.transposed_work`): walked across rows, its ops run a lane at a time; AdamW's
+    # 15 (three divisions, a square root) against SGD-momentum's 4. `sft-calibrate` measures it
+    # with both updates; 0, the default, prices the bytes alone
+    transposed_op_seconds: float = 0.0
 
     @property
     def cycle_seconds(self) -> float:

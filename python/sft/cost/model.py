@@ -268,11 +268,14 @@ def fused_seconds(dispatch: Dispatch | None, kernel: Kernel, target: TargetDesc,
 
 def transposed_seconds(profile: Profile, target: TargetDesc, cores: int) -> float:
     """What the transposed accesses of the ops fused into contraction dispatches add: their
-    bytes at the target's `transposed_cost` times L2's streaming rate on every core, the rate
-    that cost is measured against (a weight's update fits the last-level cache, not always L2:
-    priced at DRAM's rate, an 8 MiB update predicted a 0.89 ms step at 3.4 ms)."""
+    bytes at the target's `transposed_cost` times L2's streaming rate, the rate that cost is
+    measured against (a weight's update fits the last-level cache, not always L2: priced at
+    DRAM's rate, an 8 MiB update predicted a 0.89 ms step at 3.4 ms), and their bodies' ops at
+    `transposed_op_seconds` each a point, on every core."""
     nbytes = sum(d.transposed_bytes for d in profile.dispatches)
-    return nbytes * target.transposed_cost / (target.l2_bandwidth * parallel_speedup(cores, target))
+    work = sum(d.transposed_work for d in profile.dispatches)
+    seconds = nbytes * target.transposed_cost / target.l2_bandwidth + work * target.transposed_op_seconds
+    return seconds / parallel_speedup(cores, target)
 
 
 def overheads(options: ModuleOptions, dispatch_count: int, target: TargetDesc) -> float:
