@@ -150,6 +150,25 @@ def test_what_a_contraction_dispatch_fuses_is_streamed_after_its_kernel():
     assert heavy.default_predicted == pytest.approx(light.default_predicted + extra)
 
 
+def test_a_transposed_updates_body_ops_are_priced_beside_its_bytes():
+    # The same transposed bytes with an SGD-momentum body (4 ops a point) and an AdamW one
+    # (15): the bytes at `transposed_cost` times L2's rate, each op at `transposed_op_seconds`.
+    from sft.cost.model import parallel_speedup, transposed_seconds
+
+    desc = dataclasses.replace(HOST, transposed_cost=3.0, transposed_op_seconds=1e-9)
+    name, moved, points = "matmul_256x1024x8_f32", 4 << 20, 256 * 1024
+    sgd, adamw = (Profile((Dispatch(0, name, (256, 1024, 8), moved, None, transposed_bytes=moved,
+                                    transposed_work=ops * points),), 1) for ops in (4, 15))
+    for cores in (1, 2):
+        streamed = moved * 3.0 / desc.l2_bandwidth
+        assert transposed_seconds(sgd, desc, cores) == pytest.approx(
+            (streamed + 4 * points * 1e-9) / parallel_speedup(cores, desc))
+        assert transposed_seconds(adamw, desc, cores) - transposed_seconds(sgd, desc, cores) == pytest.approx(
+            11 * points * 1e-9 / parallel_speedup(cores, desc))
+    unpriced = dataclasses.replace(desc, transposed_op_seconds=0.0)  # never calibrated: bytes alone
+    assert transposed_seconds(adamw, unpriced, 1) == transposed_seconds(sgd, unpriced, 1)
+
+
 def test_a_weight_held_k_by_n_whose_rows_share_l1s_sets_is_read_again_from_l2():
     # x @ W with W held [256, 1024] f32: its rows 4 KiB apart fall in the same L1 sets, so its
     # panel is gone before the next register block reads it (32x1024x256 on one Zen 4 core:
