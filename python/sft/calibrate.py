@@ -100,13 +100,13 @@ def transposed_update_cost(target, l2_bandwidth: float, rounds: int, progress=No
     costs, op_costs = [], []
     for m, n, k in UPDATE_SHAPES:
         rows = []  # (transposed bytes at l2_bandwidth, body work, extra seconds) per optimizer
+        held = f"{n}x{m}xf32"
         for optimizer, (states, _) in UPDATE_BODIES.items():
             texts = {name: update_program(m, n, k, name == "transposed", optimizer)
                      for name in ("in order", "transposed")}
             variants = {name: Variant(compile_module(text, target), SERIAL_DRIVER) for name, text in texts.items()}
             found = profile(texts["transposed"], target).dispatches
             moved = sum(d.transposed_bytes for d in found)
-            held = f"{n}x{m}xf32"
             seconds = benchmark(variants, [f"{m}x{k}xf32", f"{k}x{n}xf32", *[held] * (1 + len(states))],
                                 rounds=rounds, progress=progress)
             if None in seconds.values() or not moved:
@@ -313,6 +313,7 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
                                         python_call, rounds, progress)
                      if host.cores > 1 else 0.0)
     l2_bandwidth = 2 * small * 4 / max(l2 - tool["chain1/sync"], 1e-9)
+    transposed = transposed_update_cost(target, l2_bandwidth, rounds, progress)  # (byte, op)
     return {
         "invoke_overhead": max(parallel_call, t["chain1/task"] - python_call, 0.0),
         "dispatch_overhead": dispatch,
@@ -322,8 +323,8 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         "last_level_bandwidth": 2 * middle * 4 / in_llc if in_llc else 0.0,
         "relayout_cost": relayout_cost(target, rounds, progress),
         "l2_bandwidth": l2_bandwidth,
-        **dict(zip(("transposed_cost", "transposed_op_seconds"),
-                   transposed_update_cost(target, l2_bandwidth, rounds, progress))),
+        "transposed_cost": transposed[0],
+        "transposed_op_seconds": transposed[1],
         "peak_flops_f32": host.peak_flops_f32 * predicted / work,
         "parallel_efficiency": efficiency,
         "data_tiling_speedup": m["default"] / m["dt"],
@@ -372,7 +373,8 @@ def calibration_runs(rounds: int = 7, fit_rounds: int = FIT_ROUNDS) -> int:
     # copies 3, the relayout 2, the two matmuls' option sets 3 each, the FMA programs, each
     # executor reading 4 and its probe's 2 in 3 processes, the packed matmuls 2 a shape, the
     # updates 2 an optimizer a shape
-    return ((17 + len(FMA_CHAINS) + 14 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES) + 4 * len(UPDATE_SHAPES))
+    return ((17 + len(FMA_CHAINS) + 14 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES)
+             + 2 * len(UPDATE_BODIES) * len(UPDATE_SHAPES))
             * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds))
 
 
