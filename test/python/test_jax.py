@@ -108,7 +108,11 @@ def test_mixed_precision_matmul_is_a_searched_contraction():
         return jax.nn.relu(y) + c
     a, b, c = _rand((64, 256), 30), _rand((256, 128), 31), _rand(128, 32)
     compiled = sft.compile(f, (a, b, c), search="model")
-    assert compiled.opaque_ops == 0 and len(compiled.plan.tiles) == 1
+    assert compiled.opaque_ops == 0
+    # the search ranked tiles for it (whether the model takes them over IREE's depends on the host)
+    (choice,) = compiled.search.ranked[0].kernels
+    assert (choice.kernel.m, choice.kernel.n, choice.kernel.k, choice.kernel.input_type) == (64, 128, 256, "bf16")
+    assert len(choice.ranked) > 1
     _assert_matches(compiled(a, b, c), jax.jit(f)(a, b, c))
 
 

@@ -199,11 +199,9 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
         r.serial_predicted = serial
     found = trusted_pick(plans, reports[WRITTEN].default_predicted, target.trust)
     if found is None:
-        # the nearest to being trusted, for the words
-        _, best, plan = min(plans, key=lambda f: target.trust.pessimistic(f[2], f[1].predicted))
         report = reports[rewrite]  # (verify explores around the rewrite predicted best)
         report.pick_predicted = report.default_predicted
-        report.chosen = _distrusted(report, best, plan, target)
+        report.chosen = _distrusted(report, plans, target)
         return Plan(im2col=convs, split=sums, flags=options[0].flags), report
     report, best, plan = found
     report.pick_predicted = best.predicted
@@ -274,8 +272,15 @@ def option_plan(report: SearchReport, option, casts: dict | None = None) -> Plan
     return plan_of(report, option.options, tiles, low)
 
 
-def _distrusted(report: SearchReport, best, plan: Plan, target: Target) -> str:
-    """The report's words for keeping IREE's default over the model's best plan."""
+def _distrusted(report: SearchReport, plans: list[tuple], target: Target) -> str:
+    """The report's words for keeping IREE's default: the plan that decides something nearest
+    to being trusted, its predicted gain and the gain its decisions need. (A plan deciding
+    nothing that is not taken predicts no gain: on an AVX2 host whose model kept IREE's tiles
+    the words read "deciding ) predicts 1.00x, short of the 1.00x".)"""
+    deciding = [found for found in plans if decision_kinds(found[2])]
+    if not deciding:
+        return "iree-default: no plan the model ranked predicts a gain over IREE's default"
+    _, best, plan = min(deciding, key=lambda f: target.trust.pessimistic(f[2], f[1].predicted))
     gain = report.default_predicted / best.predicted if best.predicted > 0 else float("inf")
     return (f"iree-default: the model's pick ({best.options.describe()}, deciding "
             f"{'+'.join(decision_kinds(plan))}) predicts {gain:.2f}x, short of the "
