@@ -38,8 +38,8 @@ MATMUL = Kernel(0, (256, 256, 256), ("m", "n", "k"), 4, LINEAR)
 # 2-core Xeon from 256^3 alone, while 1024^3 runs 1.5x and 2.0x faster on both cores), and
 # between 256^3 and 512^3 the executor's per-workgroup costs still hide most of it.
 BIG_MATMUL = Kernel(0, (1024, 1024, 1024), ("m", "n", "k"), 4, LINEAR)
-# Data tiling's speed-ups are read on MATMUL and on this thin one (a weight gradient's shape at
-# batch 8, none of the suite's): `cost.model.option_speedup` interpolates between the two.
+# Data tiling's rates are read on MATMUL and on this thin one (a weight gradient's shape at
+# batch 8, none of the suite's): `cost.model.data_tiled_seconds` interpolates between the two.
 THIN_MATMUL = Kernel(0, (192, 768, 8), ("m", "n", "k"), 4, PLAIN)
 
 SPLIT = 64 << 10  # floats in a dispatch that IREE's executor splits among its workers
@@ -285,7 +285,7 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
     in_llc = copy_seconds(middle) if middle else None
 
     m, thin = ({n: Variant(compile_module(kernel_program(kernel, None), target, flags), SERIAL_DRIVER)
-                for n, flags in (("default", ()), ("dt", (DATA_TILING,)), ("dt+uk", (DATA_TILING, UKERNELS)))}
+                for n, flags in (("dt", (DATA_TILING,)), ("dt+uk", (DATA_TILING, UKERNELS)))}
                for kernel in (MATMUL, THIN_MATMUL))
     m = benchmark(m, kernel_inputs(MATMUL), rounds=rounds, progress=progress)
     thin = benchmark(thin, kernel_inputs(THIN_MATMUL), rounds=rounds, progress=progress)
@@ -327,10 +327,10 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         "transposed_op_seconds": transposed[1],
         "peak_flops_f32": host.peak_flops_f32 * predicted / work,
         "parallel_efficiency": efficiency,
-        "data_tiling_speedup": m["default"] / m["dt"],
-        "data_tiling_ukernel_speedup": m["default"] / m["dt+uk"],
-        "data_tiling_thin_speedup": thin["default"] / thin["dt"],
-        "data_tiling_ukernel_thin_speedup": thin["default"] / thin["dt+uk"],
+        "data_tiling_rate": MATMUL.flops / m["dt"],
+        "data_tiling_ukernel_rate": MATMUL.flops / m["dt+uk"],
+        "data_tiling_thin_rate": THIN_MATMUL.flops / thin["dt"],
+        "data_tiling_ukernel_thin_rate": THIN_MATMUL.flops / thin["dt+uk"],
         "fma_peak_f32": fma_peak(rounds, progress),
         "packed_speedup": packed_speedup(target, rounds, progress),
     }
@@ -370,10 +370,10 @@ def executor_reading(cores: int, rounds: int, progress=None) -> tuple[float, dic
 def calibration_runs(rounds: int = 7, fit_rounds: int = FIT_ROUNDS) -> int:
     """Progress steps of `calibrate`: benchmark processes, and the fit's compiles."""
     # chains 4, split chains 4 a reading (and the chains' inline 2 in the benchmark tool),
-    # copies 3, the relayout 2, the two matmuls' option sets 3 each, the FMA programs, each
+    # copies 3, the relayout 2, the two matmuls' option sets 2 each, the FMA programs, each
     # executor reading 4 and its probe's 2 in 3 processes, the packed matmuls 2 a shape, the
     # updates 2 an optimizer a shape
-    return ((17 + len(FMA_CHAINS) + 14 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES)
+    return ((15 + len(FMA_CHAINS) + 14 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES)
              + 2 * len(UPDATE_BODIES) * len(UPDATE_SHAPES))
             * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds))
 

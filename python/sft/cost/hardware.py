@@ -98,15 +98,17 @@ class TargetDesc:
     # fitted scale, which need not be a rate the core reaches (a 2-core Zen 4 VM: fitted 285
     # GFLOP/s, where its double-pumped AVX-512 issues 32 FLOP a cycle and measured 116).
     fma_peak_f32: float = 0.0
-    # Contraction speed relative to IREE's default codegen under backend options (measured by
-    # `sft-calibrate` on the host; 1.0 where unknown).
-    data_tiling_speedup: float = 1.0
-    data_tiling_ukernel_speedup: float = 1.0
-    # The same on a thin contraction (K = 8, a weight gradient at batch 8), where packing costs
-    # more than the packed kernel gains (a 2-core Zen 4: 0.75 where 256^3 reads 1.14); 0: not
-    # measured, the speed-ups above apply to every shape (`cost.model.option_speedup`)
-    data_tiling_thin_speedup: float = 0.0
-    data_tiling_ukernel_thin_speedup: float = 0.0
+    # CPU: the FLOP/s one core reaches on a contraction under data tiling (and with IREE's
+    # micro-kernels too), its packs included, as `sft-calibrate` measured them on a 256^3 matmul
+    # and on a thin one (K = 8; 0: not measured, the square's rate for every shape). A rate, not a
+    # speed-up over IREE's default code: the packed kernels' rate varies little with the shape
+    # where the default's does (a 2-core Zen 3, one thread: 256^3 57 GFLOP/s by default, 67
+    # packed; 1024^3 18 and 68). 0: not measured, such a contraction is priced as IREE's default
+    # code (`cost.model.data_tiled_seconds`).
+    data_tiling_rate: float = 0.0
+    data_tiling_ukernel_rate: float = 0.0
+    data_tiling_thin_rate: float = 0.0
+    data_tiling_ukernel_thin_rate: float = 0.0
     # CPU: how much faster a matmul runs with its weight held packed (`passes.hold_packed`, the
     # packs of its input and result included) than held [K, N] at IREE's code; `sft-calibrate`
     # measures it (1.0: not measured, and nothing is packed by the model)

@@ -47,16 +47,19 @@ def rows_per_set(rows, stride_bytes: float, target: TargetDesc, line: int = 64):
 
 
 def conflict_cycles(kernel: Kernel, vm, vn, vk, target: TargetDesc):
-    """Cycles per k a register block loses to L1 set conflicts: where more of an operand's rows
-    share a set than L1 has ways, every access of them goes to L2 (A: vm broadcasts per k;
-    B contiguous along k: a line per row per line's worth of k)."""
+    """Cycles per k a register block loses to L1 set conflicts: where more of its operands'
+    rows share a set than L1 has ways, every access of them goes to L2 (A: vm broadcasts per k;
+    B contiguous along k: a line per row per line's worth of k). A row-major A and a B
+    contiguous along k (a linear layer's weight) both step k elements a row: at the same offset
+    in buffers aligned alike, their rows fall in the same sets. On a Zen 3 core (8 ways) IREE's
+    8x8 block of 128x256xK ran 14 GFLOP/s at K = 1024 and 2048, 34 at K = 1040: 8 rows of each
+    in one set, neither operand past the ways alone."""
     stride = kernel.k * kernel.operand_bytes
-    lost = np.zeros_like(vm)
-    if kernel.a_along_k:
-        lost = lost + np.where(rows_per_set(vm, stride, target) > target.l1_ways, vm, 0.0)
-    if kernel.b_transposed:
-        lines = vn * _ceil_div(vk * kernel.operand_bytes, 64.0) / vk
-        lost = lost + np.where(rows_per_set(vn, stride, target) > target.l1_ways, lines, 0.0)
+    a_rows = rows_per_set(vm, stride, target) if kernel.a_along_k else np.zeros_like(vm)
+    b_rows = rows_per_set(vn, stride, target) if kernel.b_transposed else np.zeros_like(vn)
+    a_lines = vm if kernel.a_along_k else np.zeros_like(vm)
+    b_lines = vn * _ceil_div(vk * kernel.operand_bytes, 64.0) / vk if kernel.b_transposed else np.zeros_like(vn)
+    lost = np.where(a_rows + b_rows > target.l1_ways, a_lines + b_lines, 0.0)
     return lost * target.cpu.conflict_cycles
 
 
@@ -177,22 +180,25 @@ def peak_seconds(kernel: Kernel, target: TargetDesc, cores: int) -> float:
     its contractions alone take 0.30 at that rate, and it measured 0.33-0.36."""
     if not target.fma_peak_f32 or kernel.input_type:
         return 0.0
-    return compute_floor(2.0 * kernel.batch * kernel.m * kernel.n * kernel.k, target, cores)
+    return compute_floor(kernel.flops, target, cores)
 
 
-def option_speedup(options: ModuleOptions, target: TargetDesc, kernel: Kernel | None = None) -> float:
-    """How much faster a contraction runs under the options' codegen than under IREE's default:
-    as `sft-calibrate` measured it on a 256^3 matmul and on a thin one (K = 8), interpolated in
-    the log of the kernel's smallest extent. On a 2-core Zen 4 VM data tiling ran 256^3 1.14x
-    faster and every kernel of a batch-8 MLP step slower (0.35-0.95x: a 32x768x192 0.97x)."""
-    if not options.data_tiling:
-        return 1.0
-    square, thin = ((target.data_tiling_ukernel_speedup, target.data_tiling_ukernel_thin_speedup)
-                    if options.ukernels else (target.data_tiling_speedup, target.data_tiling_thin_speedup))
-    if kernel is None or not thin:
-        return square
-    share = math.log(min(kernel.m, kernel.n, kernel.k) / THIN_EXTENT) / math.log(SQUARE_EXTENT / THIN_EXTENT)
-    return thin + (square - thin) * min(max(share, 0.0), 1.0)
+def data_tiled_seconds(kernel: Kernel, options: ModuleOptions, target: TargetDesc, cores: int,
+                       default: float) -> float:
+    """Seconds a contraction takes under the options' codegen, where IREE's default code takes
+    `default`: under data tiling, its FLOPs at the packed kernels' rate `sft-calibrate` measured
+    on a 256^3 matmul and on a thin one (K = 8), interpolated in the log of the kernel's
+    smallest extent, on `cores` cores; `default` where that was not measured. (A speed-up over
+    the default's prediction, read on 256^3, priced mlp_b128's data-tiled plan 1.2x slower than
+    IREE's default on a Zen 3 host, where IREE's default code runs its K = 1024 matmul at 20
+    GFLOP/s a core and the packed one at 51-66.)"""
+    square, thin = ((target.data_tiling_ukernel_rate, target.data_tiling_ukernel_thin_rate)
+                    if options.ukernels else (target.data_tiling_rate, target.data_tiling_thin_rate))
+    if not options.data_tiling or not square:
+        return default
+    share = math.log(max(min(kernel.m, kernel.n, kernel.k), 1) / THIN_EXTENT) / math.log(SQUARE_EXTENT / THIN_EXTENT)
+    rate = square if not thin else thin + (square - thin) * min(max(share, 0.0), 1.0)
+    return kernel.flops / (rate * parallel_speedup(cores, target))
 
 
 def bandwidth(nbytes: float, target: TargetDesc, cores: int) -> float:

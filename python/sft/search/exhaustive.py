@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend.profile import Profile
-from ..cost.model import (contraction_floor, fused_seconds, memory_bound, option_speedup,
+from ..cost.model import (contraction_floor, fused_seconds, memory_bound, data_tiled_seconds,
                           other_dispatches, overheads, peak_seconds, transposed_seconds)
 from .chains import plan_orders
 from ..space.kernels import Kernel, in_layout, same_layout
@@ -317,7 +317,7 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
         if o.keeps_tiles:
             kernel_time = sum(max(c.predicted[0] + x, f) for c, f, x in zip(choices, floors[key], fused[key]))
         else:
-            kernel_time = sum(max(c.default_prediction() / option_speedup(o, desc, k) + x, f)
+            kernel_time = sum(max(data_tiled_seconds(k, o, desc, cores, c.default_prediction()) + x, f)
                               for k, c, f, x in zip(kernels, choices, floors[key], fused[key]))
         # the inline driver (and a GPU) pays every dispatch; IREE's CPU executor, the ones it splits
         split = not o.serial and target.driver == "local-task"

@@ -47,6 +47,11 @@ class Kernel:
     batch = property(lambda self: self.extent("b"))
 
     @property
+    def flops(self) -> int:
+        """Multiplies and adds, two a point of the domain."""
+        return 2 * self.batch * self.m * self.n * self.k
+
+    @property
     def reductions_innermost(self) -> bool:
         """No summed loop comes before a parallel one. IREE moves summed loops innermost before
         it reads a config, so a kernel that fails this is compiled in another loop order than

@@ -119,8 +119,10 @@ def store_trust(run: dict) -> dict:
 
 # Fields earlier calibrations stored that this sft no longer models: `ukernel_speedup`, IREE's
 # micro-kernels without data tiling, which compile to the same executables as its default code
-# (they replace only packed contractions, packs and unpacks).
-RETIRED_FIELDS = ("ukernel_speedup",)
+# (they replace only packed contractions, packs and unpacks); data tiling's speed-ups over IREE's
+# default code, replaced by its rates (`TargetDesc.data_tiling_rate`).
+RETIRED_FIELDS = ("ukernel_speedup", "data_tiling_speedup", "data_tiling_ukernel_speedup",
+                  "data_tiling_thin_speedup", "data_tiling_ukernel_thin_speedup")
 
 
 def apply_calibration(desc: TargetDesc, calibration: dict) -> TargetDesc:
