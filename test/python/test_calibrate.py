@@ -282,6 +282,30 @@ def test_a_packed_weights_speed_up_is_measured_on_the_host(monkeypatch):
     assert np.isfinite(speedup) and speedup > 0  # (its size is the host's: not asserted)
 
 
+def test_data_tilings_rates_leave_out_what_the_search_prices_apart(monkeypatch):
+    # Each packed program timed whole, less its pack and unpack executables and its call as the
+    # model prices them; never more than twice the whole's rate; a program that did not run,
+    # no rate (the model then prices the contraction as IREE's default code).
+    from sft.backend import profile
+    from sft.cost.model import memory_bound
+    from sft.measure import kernel_program
+    from sft.space.options import DATA_TILING
+    from sft.targets import get_target
+
+    target = get_target("host")
+    desc = dataclasses.replace(target.desc, serial_invoke_overhead=5e-6, serial_dispatch_overhead=1e-6)
+    dispatches = profile(kernel_program(cal.MATMUL, None), target, (DATA_TILING,)).dispatches
+    apart = sum(memory_bound(d, desc, 1) for d in dispatches if not d.is_contraction) + 5e-6 + len(dispatches) * 1e-6
+    assert apart > 6e-6 and any(d.is_relayout for d in dispatches)  # the packs are there
+    whole = {"data_tiling_rate": apart + 1e-3, "data_tiling_ukernel_rate": apart * 1.5,
+             "data_tiling_thin_rate": None, "data_tiling_ukernel_thin_rate": None}
+    monkeypatch.setattr(cal, "compile_module", lambda *a, **k: None)
+    monkeypatch.setattr(cal, "benchmark", lambda variants, *a, **k: {n: whole[n] for n in variants})
+    rates = cal.data_tiling_rates(target, desc, rounds=1)
+    assert rates == pytest.approx({"data_tiling_rate": cal.MATMUL.flops / 1e-3,
+                                   "data_tiling_ukernel_rate": cal.MATMUL.flops / (apart * 0.75)})
+
+
 def _updated(optimizer: str, g, w, state):
     """numpy's update of weight `w` and its `state` by gradient `g` (`UPDATE_BODIES`)."""
     if optimizer == "sgd":
