@@ -99,12 +99,13 @@ class TargetDesc:
     # GFLOP/s, where its double-pumped AVX-512 issues 32 FLOP a cycle and measured 116).
     fma_peak_f32: float = 0.0
     # CPU: the FLOP/s one core reaches on a contraction under data tiling (and with IREE's
-    # micro-kernels too), its packs included, as `sft-calibrate` measured them on a 256^3 matmul
-    # and on a thin one (K = 8; 0: not measured, the square's rate for every shape). A rate, not a
+    # micro-kernels too), as `sft-calibrate` measured them on a 256^3 matmul and on a thin one
+    # (K = 8), the packs and unpacks left out (the search prices them apart). A rate, not a
     # speed-up over IREE's default code: the packed kernels' rate varies little with the shape
     # where the default's does (a 2-core Zen 3, one thread: 256^3 57 GFLOP/s by default, 67
     # packed; 1024^3 18 and 68). 0: not measured, such a contraction is priced as IREE's default
-    # code (`cost.model.data_tiled_seconds`).
+    # code, and the thin rate unmeasured, the square's for every shape
+    # (`cost.model.data_tiled_seconds`).
     data_tiling_rate: float = 0.0
     data_tiling_ukernel_rate: float = 0.0
     data_tiling_thin_rate: float = 0.0
