@@ -78,7 +78,7 @@ def test_cost_model_sees_rows_that_share_an_l1_set(b_transposed):
     assert per_k[1040][sixteen] < per_k[1040][eight]  # without the conflict, 16 rows win
     # 8 rows of A and 8 of a B contiguous along k, at the same offsets of their buffers: 16
     # lines in one set, neither operand past the ways alone (IREE's AVX2 block of a linear
-    # layer: 14 GFLOP/s at k = 1024 on a Zen 3 core, 34 at k = 1040)
+    # layer: 20 GFLOP/s at k = 1024 on a Zen 3 core, 52 at k = 1040)
     eights = np.array([[32, 64, 8, 8, 8]])
     both = {k: predict(_matmul(k, b_transposed), eights, SIMPLE)[0] / k for k in (1024, 1040)}
     assert (both[1024] > 1.5 * both[1040]) == b_transposed

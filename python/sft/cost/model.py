@@ -52,7 +52,7 @@ def conflict_cycles(kernel: Kernel, vm, vn, vk, target: TargetDesc):
     B contiguous along k: a line per row per line's worth of k). A row-major A and a B
     contiguous along k (a linear layer's weight) both step k elements a row: at the same offset
     in buffers aligned alike, their rows fall in the same sets. On a Zen 3 core (8 ways) IREE's
-    8x8 block of 128x256xK ran 14 GFLOP/s at K = 1024 and 2048, 34 at K = 1040: 8 rows of each
+    8x8 block of 128x256xK ran 20 and 18 GFLOP/s at K = 1024 and 2048, 52 at K = 1040: 8 rows of each
     in one set, neither operand past the ways alone."""
     stride = kernel.k * kernel.operand_bytes
     a_rows = rows_per_set(vm, stride, target) if kernel.a_along_k else np.zeros_like(vm)
