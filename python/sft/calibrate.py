@@ -20,13 +20,11 @@ from .cost.hardware import TargetDesc
 from .cost.model import memory_bound, predict
 from .decisions.cpu_tiles import row_of_iree
 from .errors import SftError
-from .ir import iree_ir, parse, print_module
 from .kernel_fit import (FIT_CANDIDATES, FIT_KERNELS, FIT_ROUNDS, LINEAR, PLAIN, fit_kernel_model,
                          measure_fit_samples)
 from .measure import kernel_inputs, kernel_program
-from .passes.hold_packed import UKERNELS_OFF, HoldPackedPass, block_of
-from .probe_programs import (chain_program, fma_program, held_matmul_program, probe_program,
-                             relayout_program, update_program, UPDATE_BODIES)
+from .calibrate_layouts import PACKED_SHAPES, UPDATE_SHAPES, layout_costs
+from .probe_programs import chain_program, fma_program, probe_program, UPDATE_BODIES
 from .space.kernels import Kernel
 from .space.options import DATA_TILING, SERIAL_DRIVER, UKERNELS
 from .targets import get_target
@@ -58,78 +56,6 @@ def copy_sizes(host: TargetDesc) -> tuple[int, int, int]:
     llc = host.last_level_bytes
     middle = llc // 32 if llc // 4 > host.l2_bytes * host.cores else 0
     return 64 << 10, middle, max(4 << 20, llc // 2)
-
-
-RELAYOUT = (512, 512)  # 1 MiB each way: what a weight's pack moves
-
-
-def relayout_cost(target, rounds: int, progress=None) -> float:
-    """How many times a copy's time a transposing dispatch of `RELAYOUT` takes, inline on one
-    thread, the two taking turns (at least 1)."""
-    rows, cols = RELAYOUT
-    variants = {name: Variant(compile_module(relayout_program(rows, cols, name == "transposed"),
-                                             target), SERIAL_DRIVER)
-                for name in ("copy", "transposed")}
-    seconds = benchmark(variants, [f"{rows}x{cols}xf32"], rounds=rounds, progress=progress)
-    if None in seconds.values():
-        return TargetDesc.relayout_cost  # not measured: the default
-    return max(seconds["transposed"] / seconds["copy"], 1.0)
-
-
-# A weight gradient at batch 8 and its fused SGD-momentum update, the weight 1024 x 256 and
-# 256 x 1024: its rows 4 KiB and 1 KiB apart. On a 2-core Zen 4 VM the update walked across
-# rows cost 19.3x and 3.2x its bytes streamed at L2's rate (the four tensors' rows share L1's
-# sets at 4 KiB); the geometric mean, 7.7x, is what a JAX MLP step's two such dispatches
-# measured (5.6x and 10.3x in the program, 7.6x; at batch 32, 7.7x), where 3.0 was assumed.
-# Each shape is timed with AdamW's update too, whose 15 ops a point across rows are what a JAX
-# GPT-2 step's four such dispatches spent beyond their bytes there (2.5-6.6 ns a point against
-# SGD's 0.9-2.1); on a 2-core Zen 3 VM, 40 ps an op a point at 1024 x 256, none at 256 x 1024.
-UPDATE_SHAPES = ((1024, 256, 8), (256, 1024, 8))
-
-
-def transposed_update_cost(target, l2_bandwidth: float, rounds: int, progress=None) -> tuple[float, float]:
-    """What an elementwise update fused into a contraction's dispatch costs walked across rows:
-    (a byte, in bytes streamed at `l2_bandwidth`: `TargetDesc.transposed_cost`; an op of its
-    body a point, in seconds: `TargetDesc.transposed_op_seconds`). Per shape of
-    `UPDATE_SHAPES` and optimizer (SGD-momentum, AdamW: `probe_programs.UPDATE_BODIES`), the
-    update program's time held across rows less held in order, inline on one thread, the two
-    taking turns; per shape, the two unknowns that give both optimizers' extra time from the
-    bytes and ops IREE's profile counts (the bytes' cost at least 1, the ops' at least 0, the
-    other solved again where one is held there); the byte costs' geometric mean, the op
-    costs' mean."""
-    costs, op_costs = [], []
-    for m, n, k in UPDATE_SHAPES:
-        rows = []  # (transposed bytes at l2_bandwidth, body work, extra seconds) per optimizer
-        held = f"{n}x{m}xf32"
-        for optimizer, (states, _) in UPDATE_BODIES.items():
-            texts = {name: update_program(m, n, k, name == "transposed", optimizer)
-                     for name in ("in order", "transposed")}
-            variants = {name: Variant(compile_module(text, target), SERIAL_DRIVER) for name, text in texts.items()}
-            found = profile(texts["transposed"], target).dispatches
-            moved = sum(d.transposed_bytes for d in found)
-            seconds = benchmark(variants, [f"{m}x{k}xf32", f"{k}x{n}xf32", *[held] * (1 + len(states))],
-                                rounds=rounds, progress=progress)
-            if None in seconds.values() or not moved:
-                return TargetDesc.transposed_cost, TargetDesc.transposed_op_seconds  # not measured
-            rows.append((moved / l2_bandwidth, sum(d.transposed_work for d in found),
-                         seconds["transposed"] - seconds["in order"]))
-        cost, op_cost = _bytes_and_ops(rows)
-        costs.append(cost)
-        op_costs.append(op_cost)
-    return float(np.exp(np.mean(np.log(costs)))), float(np.mean(op_costs))
-
-
-def _bytes_and_ops(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
-    """(c, o) with streamed * c + work * o = extra for both (streamed, work, extra) rows, c at
-    least 1 and o at least 0 (the other fitted to the rows again where one is held)."""
-    (s1, w1, e1), (s2, w2, e2) = rows
-    det = s1 * w2 - s2 * w1
-    cost, op_cost = ((e1 * w2 - e2 * w1) / det, (s1 * e2 - s2 * e1) / det) if det else (0.0, -1.0)
-    if op_cost < 0:  # the ops cost nothing that the bytes do not: the bytes alone
-        return max((e1 + e2) / (s1 + s2), 1.0), 0.0
-    if cost < 1:  # the bytes at least at the streaming rate, the ops the rest
-        return 1.0, max((e1 + e2 - s1 - s2) / (w1 + w2), 0.0)
-    return cost, op_cost
 
 
 def fma_peak(rounds: int, progress=None) -> float:
@@ -184,10 +110,6 @@ def _split_cost(t: dict) -> float:
     return t["split17/task"] - t["split1/task"]
 
 
-# (M, K, N) of the matmuls a packed weight's speed-up is read on: an MLP's two layers
-PACKED_SHAPES = ((128, 256, 1024), (128, 1024, 256))
-
-
 # (M, D, H) of the program the parallel executor's per-call cost is read on: two matmuls with
 # an elementwise op between them, an MLP's forward of the size the suite's programs have
 # (0.2-0.4 ms on one core) and none of its shapes.
@@ -224,34 +146,11 @@ def executor_call_cost(target, speedup: float, dispatch: float, inline: tuple[fl
     return max(min(costs), 0.0)
 
 
-def packed_speedup(target, rounds: int, progress=None) -> float:
-    """How much faster the matmuls of `PACKED_SHAPES` run with their weight packed (packs
-    included: `passes.hold_packed`) than held [K, N], each at IREE's code on one thread
-    (geometric mean; the two take different inputs, so they take turns a round at a time)."""
-    m0, n0 = block_of(target.desc)
-    ratios = []
-    for m, k, n in PACKED_SHAPES:
-        text = held_matmul_program(m, k, n)
-        module = parse(iree_ir.Context(), text)
-        HoldPackedPass(((1, m0, n0),))(module)
-        held = {"held": Variant(compile_module(text, target), SERIAL_DRIVER)}
-        packed = {"packed": Variant(compile_module(print_module(module), target, (UKERNELS_OFF,)),
-                                    SERIAL_DRIVER)}
-        times = {"held": [], "packed": []}
-        for _ in range(rounds):
-            times["held"].append(benchmark(held, [f"{m}x{k}xf32", f"{k}x{n}xf32"], rounds=1)["held"])
-            times["packed"].append(benchmark(packed, [f"{m}x{k}xf32", f"{n // n0}x{k}x{n0}x1xf32"],
-                                             rounds=1)["packed"])
-            if progress:
-                progress(2)
-        if None in times["held"] + times["packed"]:
-            return 1.0  # not measured: nothing is packed
-        ratios.append(float(np.median(times["held"]) / np.median(times["packed"])))
-    return float(np.exp(np.mean(np.log(ratios))))
-
-
 def measure_host(rounds: int = 7, progress=None) -> dict:
-    """The measured program-level fields of the host's TargetDesc."""
+    """The measured program-level fields of the host's TargetDesc: what a call and a dispatch
+    cost on each driver, the bandwidths, the FLOP rates and the executor's efficiency (what
+    `sft doctor` checks the host against; `calibrate` adds the layouts' costs and data tiling's
+    rates)."""
     host, target = detected_description(), get_target("host")
     # Two sizes of element: 256 floats run as one workgroup (what a call and a dispatch cost),
     # 64 Ki floats are split among the executor's workers, which then meet once per dispatch.
@@ -308,7 +207,6 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
                                         python_call, rounds, progress)
                      if host.cores > 1 else 0.0)
     l2_bandwidth = 2 * small * 4 / max(l2 - tool["chain1/sync"], 1e-9)
-    transposed = transposed_update_cost(target, l2_bandwidth, rounds, progress)  # (byte, op)
     measured = {
         "invoke_overhead": max(parallel_call, t["chain1/task"] - python_call, 0.0),
         "dispatch_overhead": dispatch,
@@ -316,16 +214,12 @@ def measure_host(rounds: int = 7, progress=None) -> dict:
         "serial_dispatch_overhead": serial_dispatch,
         "dram_bandwidth": 2 * big * 4 / stream,
         "last_level_bandwidth": 2 * middle * 4 / in_llc if in_llc else 0.0,
-        "relayout_cost": relayout_cost(target, rounds, progress),
         "l2_bandwidth": l2_bandwidth,
-        "transposed_cost": transposed[0],
-        "transposed_op_seconds": transposed[1],
         "peak_flops_f32": host.peak_flops_f32 * predicted / work,
         "parallel_efficiency": efficiency,
         "fma_peak_f32": fma_peak(rounds, progress),
-        "packed_speedup": packed_speedup(target, rounds, progress),
     }
-    return {**measured, **data_tiling_rates(target, dataclasses.replace(host, **measured), rounds, progress)}
+    return measured
 
 
 def data_tiling_rates(target, desc: TargetDesc, rounds: int, progress=None) -> dict:
@@ -397,6 +291,10 @@ def calibrate(rounds: int = 7, progress=None, fit_rounds: int = FIT_ROUNDS) -> d
     """Measure the host, fit its kernel model and store both; returns what was stored:
     {"desc": measured fields, "cpu": kernel model parameters, "fit": the fit's quality}."""
     measured = measure_host(rounds, progress)
+    target = get_target("host")
+    measured.update(layout_costs(target, measured["l2_bandwidth"], rounds, progress))
+    measured.update(data_tiling_rates(target, dataclasses.replace(detected_description(), **measured),
+                                      rounds, progress))
     desc = dataclasses.replace(detected_description(), **measured)
     samples = measure_fit_samples(count=FIT_CANDIDATES, rounds=fit_rounds, progress=progress)
     result = fit_kernel_model(samples, desc)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from sft import calibrate as cal
+from sft import calibrate_layouts as layouts
 from sft.calibrate import THIN_MATMUL
 from sft import kernel_fit as fit
 from sft.cost.hardware import CpuModelParams, TargetDesc
@@ -242,7 +243,7 @@ def test_the_relayout_programs_copy_and_transpose():
 
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     for transpose, want in ((False, x + x), (True, (x + x).T)):
-        text = cal.relayout_program(3, 4, transpose)
+        text = layouts.relayout_program(3, 4, transpose)
         fn = load(compile_module(text, get_target("host")), driver="local-sync")
         np.testing.assert_array_equal(fn(x)[0], want)
 
@@ -277,8 +278,8 @@ def test_the_executors_call_cost_is_read_with_the_weights_held(monkeypatch):
 def test_a_packed_weights_speed_up_is_measured_on_the_host(monkeypatch):
     from sft.targets import get_target
 
-    monkeypatch.setattr(cal, "PACKED_SHAPES", ((16, 64, 64),))  # small: a test's time
-    speedup = cal.packed_speedup(get_target("host"), rounds=1)
+    monkeypatch.setattr(layouts, "PACKED_SHAPES", ((16, 64, 64),))  # small: a test's time
+    speedup = layouts.packed_speedup(get_target("host"), rounds=1)
     assert np.isfinite(speedup) and speedup > 0  # (its size is the host's: not asserted)
 
 
@@ -326,7 +327,7 @@ def test_the_update_programs_compute_a_gradient_and_its_optimizers_update(transp
     from sft.targets import get_target
 
     m, n, k = 4, 6, 3
-    fn = load(compile_module(cal.update_program(m, n, k, transposed, optimizer), get_target("host")),
+    fn = load(compile_module(layouts.update_program(m, n, k, transposed, optimizer), get_target("host")),
               driver="local-sync")
     rng = np.random.default_rng(0)
     x, dy = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
@@ -352,8 +353,8 @@ def test_iree_profile_counts_a_transposed_updates_bytes_and_body_ops(optimizer, 
 
     m, n, k = 32, 16, 8
     tensors = 2 * (1 + len(cal.UPDATE_BODIES[optimizer][0]))
-    across = profile(cal.update_program(m, n, k, True, optimizer), get_target("host")).dispatches
-    in_order = profile(cal.update_program(m, n, k, False, optimizer), get_target("host")).dispatches
+    across = profile(layouts.update_program(m, n, k, True, optimizer), get_target("host")).dispatches
+    in_order = profile(layouts.update_program(m, n, k, False, optimizer), get_target("host")).dispatches
     assert sum(d.transposed_bytes for d in across) == tensors * m * n * 4
     assert sum(d.transposed_work for d in across) == ops * m * n
     assert sum(d.transposed_bytes + d.transposed_work for d in in_order) == 0
@@ -371,17 +372,17 @@ def test_the_transposed_costs_give_both_updates_extra_time(monkeypatch):
     extra = [c * sgd[0] / 1e9 + o * sgd[1], c * adamw[0] / 1e9 + o * adamw[1],
              1.5 * sgd[0] / 1e9, 1.5 * adamw[0] / 1e9]
     times = iter([{"in order": 1e-4, "transposed": 1e-4 + e} for e in extra])
-    monkeypatch.setattr(cal, "UPDATE_SHAPES", ((m, n, 8), (n, m, 8)))
-    monkeypatch.setattr(cal, "benchmark", lambda *a, **k: next(times))
-    cost, op_cost = cal.transposed_update_cost(get_target("host"), l2_bandwidth=1e9, rounds=1)
+    monkeypatch.setattr(layouts, "UPDATE_SHAPES", ((m, n, 8), (n, m, 8)))
+    monkeypatch.setattr(layouts, "benchmark", lambda *a, **k: next(times))
+    cost, op_cost = layouts.transposed_update_cost(get_target("host"), l2_bandwidth=1e9, rounds=1)
     assert cost == pytest.approx(np.sqrt(3.0 * 1.5), rel=1e-6)
     assert op_cost == pytest.approx(o / 2, rel=1e-6)
 
 
 def test_the_transposed_costs_hold_the_bytes_at_the_streaming_rate_and_ops_at_no_cost():
     # (streamed seconds, work, extra seconds) of SGD and AdamW
-    assert cal._bytes_and_ops([(1.0, 4.0, 1.0), (1.5, 15.0, 2.0)]) == pytest.approx((1.0, 0.5 / 19))
-    assert cal._bytes_and_ops([(1.0, 4.0, 5.0), (1.5, 15.0, 5.0)]) == pytest.approx((4.0, 0.0))
-    assert cal._bytes_and_ops([(1.0, 4.0, 2.4), (1.5, 15.0, 4.5)]) == pytest.approx((2.0, 0.1))
+    assert layouts._bytes_and_ops([(1.0, 4.0, 1.0), (1.5, 15.0, 2.0)]) == pytest.approx((1.0, 0.5 / 19))
+    assert layouts._bytes_and_ops([(1.0, 4.0, 5.0), (1.5, 15.0, 5.0)]) == pytest.approx((4.0, 0.0))
+    assert layouts._bytes_and_ops([(1.0, 4.0, 2.4), (1.5, 15.0, 4.5)]) == pytest.approx((2.0, 0.1))
 
 
