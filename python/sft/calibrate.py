@@ -281,9 +281,9 @@ def calibration_runs(rounds: int = 7, fit_rounds: int = FIT_ROUNDS) -> int:
     # chains 4, split chains 4 a reading (and the chains' inline 2 in the benchmark tool),
     # copies 3, the relayout 2, the two matmuls' option sets 2 each, the FMA programs, each
     # executor reading 4 and its probe's 2 in 3 processes, the packed matmuls 2 a shape, the
-    # updates 2 an optimizer a shape
+    # updates 2 an optimizer a shape across rows and 2 in order
     return ((15 + len(FMA_CHAINS) + 14 * EXECUTOR_READINGS + 2 * len(PACKED_SHAPES)
-             + 2 * len(UPDATE_BODIES) * len(UPDATE_SHAPES))
+             + 4 * len(UPDATE_BODIES) * len(UPDATE_SHAPES))
             * rounds + len(FIT_KERNELS) * FIT_CANDIDATES * (1 + fit_rounds))
 
 

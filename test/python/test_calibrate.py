@@ -379,6 +379,30 @@ def test_the_transposed_costs_give_both_updates_extra_time(monkeypatch):
     assert op_cost == pytest.approx(o / 2, rel=1e-6)
 
 
+def test_a_fused_updates_cost_is_its_time_beyond_the_matmul_over_its_bytes(monkeypatch):
+    """Per shape and optimizer: (the update program's time less its matmul's) over its extra
+    bytes' time at L2's rate, the profile's bytes; the geometric mean, at least 1."""
+    from sft.backend import profile
+    from sft.targets import get_target
+
+    target = get_target("host")
+    m, n = 32, 16
+    shapes = ((m, n, 8), (n, m, 8))
+    extra = {}
+    for shape in shapes:
+        for optimizer in cal.UPDATE_BODIES:
+            text = layouts.update_program(*shape, False, optimizer)
+            found = sum(d.bytes for d in profile(text, target).dispatches if d.is_contraction)
+            extra[shape, optimizer] = found - (shape[0] * 8 + 8 * shape[1] + shape[0] * shape[1]) * 4
+    costs = iter([2.0, 8.0, 0.5, 4.0])  # (0.5 is held at 1)
+    added = iter([next(costs) * b / 1e9 for b in extra.values()])  # in the order timed
+    monkeypatch.setattr(layouts, "UPDATE_SHAPES", shapes)
+    monkeypatch.setattr(layouts, "benchmark", lambda variants, *a, **k: (
+        {"alone": 1e-4} if "alone" in variants else {"fused": 1e-4 + next(added)}))
+    cost = layouts.fused_update_cost(target, l2_bandwidth=1e9, rounds=1)
+    assert cost == pytest.approx((2.0 * 8.0 * 1.0 * 4.0) ** 0.25, rel=1e-6)
+
+
 def test_the_transposed_costs_hold_the_bytes_at_the_streaming_rate_and_ops_at_no_cost():
     # (streamed seconds, work, extra seconds) of SGD and AdamW
     assert layouts._bytes_and_ops([(1.0, 4.0, 1.0), (1.5, 15.0, 2.0)]) == pytest.approx((1.0, 0.5 / 19))

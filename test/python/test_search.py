@@ -181,6 +181,24 @@ def test_what_a_contraction_dispatch_fuses_is_streamed_after_its_kernel():
     assert heavy.default_predicted == pytest.approx(light.default_predicted + extra)
 
 
+def test_a_fused_updates_bytes_cost_what_the_host_measured():
+    # Calibrated, every byte beyond the kernel's (the transposed ones too: their walk across
+    # rows is priced on top) at `fused_cost` times L2's rate, shared among the cores; a Zen 3
+    # VM's in-order updates took 3.6-7.8x their bytes' time at that rate.
+    from sft.cost.model import parallel_speedup
+
+    kernel = Kernel(0, (256, 1024, 8), ("m", "n", "k"), 4, ())
+    own = (256 * 8 + 8 * 1024 + 256 * 1024) * 4
+    desc = dataclasses.replace(HOST, fused_cost=5.0)
+    for transposed in (0, 1 << 20):
+        fused = Dispatch(0, "matmul_256x1024x8_f32", kernel.domain, own + (3 << 20), None,
+                         transposed_bytes=transposed)
+        for cores in (1, 2):
+            assert fused_seconds(fused, kernel, desc, cores) == pytest.approx(
+                (3 << 20) * 5.0 / desc.l2_bandwidth / parallel_speedup(cores, desc))
+    assert fused_seconds(Dispatch(0, "matmul_256x1024x8_f32", kernel.domain, own, None), kernel, desc, 1) == 0.0
+
+
 def test_a_transposed_updates_body_ops_are_priced_beside_its_bytes():
     # The same transposed bytes with an SGD-momentum body (4 ops a point) and an AdamW one
     # (15): the bytes at `transposed_cost` times L2's rate, each op at `transposed_op_seconds`.

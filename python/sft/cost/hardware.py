@@ -141,6 +141,12 @@ class TargetDesc:
     # 15 (three divisions, a square root) against SGD-momentum's 4. `sft-calibrate` measures it
     # with both updates; 0, the default, prices the bytes alone
     transposed_op_seconds: float = 0.0
+    # CPU: what a byte an op fused into a contraction's dispatch binds beyond the kernel's
+    # operands and result costs read in order (an optimizer's update fused into its weight
+    # gradient), in bytes streamed at L2's rate (`model.fused_seconds`); `sft-calibrate`
+    # measures it (3.6 to 7.8 on a 2-core Zen 3 VM); 0, the default: streamed at the rate of
+    # where the dispatch's buffers live (about what a Zen 4 core measured)
+    fused_cost: float = 0.0
 
     @property
     def cycle_seconds(self) -> float:

@@ -281,17 +281,21 @@ def contraction_floor(dispatch: Dispatch | None, target: TargetDesc, cores: int)
 
 def fused_seconds(dispatch: Dispatch | None, kernel: Kernel, target: TargetDesc, cores: int) -> float:
     """What the ops IREE fuses into a contraction's dispatch add to its kernel's time: the bytes
-    the dispatch binds beyond the kernel's operands and result (its transposed reads are
-    `transposed_seconds`'s), streamed at the rate of where the dispatch's buffers live, after the
-    kernel rather than under it. A training step's weight gradient at batch 8 (256x1024x8, 4
+    the dispatch binds beyond the kernel's operands and result, after the kernel rather than
+    under it: at the host's measured `fused_cost` (a Zen 3 VM's AdamW update of a 256x1024
+    weight fused in order took 430-700 us on one core where its 5 MB stream in about 100),
+    else streamed at the rate of where the dispatch's buffers live (its transposed reads are
+    then `transposed_seconds`'s alone). A training step's weight gradient at batch 8 (256x1024x8, 4
     MFLOP) that also updates the weight and its moment (4.2 MB bound) took 100-107 us on one
     core of a Zen 4 VM: its kernel alone is predicted 54 and its bytes stream in 51."""
     if dispatch is None:
         return 0.0
     own = kernel.batch * ((kernel.m + kernel.n) * kernel.k * kernel.operand_bytes
                           + kernel.m * kernel.n * kernel.element_bytes)
-    extra = dispatch.bytes - own - dispatch.transposed_bytes
-    return max(0, extra) / bandwidth(dispatch.bytes, target, cores)
+    extra = max(dispatch.bytes - own, 0)
+    if target.fused_cost:  # measured, in order: a walk across rows adds `transposed_seconds`
+        return extra * target.fused_cost / target.l2_bandwidth / parallel_speedup(cores, target)
+    return max(extra - dispatch.transposed_bytes, 0) / bandwidth(dispatch.bytes, target, cores)
 
 
 def transposed_seconds(profile: Profile, target: TargetDesc, cores: int) -> float:
