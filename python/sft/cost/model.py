@@ -63,6 +63,9 @@ def conflict_cycles(kernel: Kernel, vm, vn, vk, target: TargetDesc):
     return lost * target.cpu.conflict_cycles
 
 
+PAGE_BYTES = 4096
+
+
 def walk_conflict_cycles(kernel: Kernel, vm, vn, target: TargetDesc):
     """Cycles per k a register block loses walking an operand down its columns: a plain B
     [K, N] (a segment of vn a k) or an A stored [K, M] (vm a k). The next block along m (of B)
@@ -75,13 +78,10 @@ def walk_conflict_cycles(kernel: Kernel, vm, vn, target: TargetDesc):
     lost = 0.0
     for operand, segment in ((0, vm), (1, vn)):
         stride = kernel.k_stride(operand) * kernel.operand_bytes
-        if stride > kernel.operand_bytes and rows_per_set(np.array(kernel.k), stride, target) > target.l1_ways:
+        if kernel.k_stride(operand) > 1 and rows_per_set(kernel.k, stride, target) > target.l1_ways:
             lines = _ceil_div(segment * kernel.operand_bytes, 64.0)
             lost = lost + lines * min(1.0, stride / PAGE_BYTES)
     return lost * target.cpu.walk_conflict_cycles
-
-
-PAGE_BYTES = 4096
 
 
 def parallel_speedup(active, target: TargetDesc):
