@@ -16,12 +16,14 @@ from .passes.hold_packed import UKERNELS_OFF, HoldPackedPass, block_of
 from .probe_programs import held_matmul_program, relayout_program, update_program, UPDATE_BODIES
 from .space.options import SERIAL_DRIVER
 
+
 def layout_costs(target, l2_bandwidth: float, rounds: int, progress=None) -> dict:
     """The layout fields of the host's TargetDesc (`relayout_cost`, `transposed_cost`,
     `transposed_op_seconds`, `fused_cost`, `packed_speedup`), measured."""
     transposed, op = transposed_update_cost(target, l2_bandwidth, rounds, progress)
-    return {"relayout_cost": relayout_cost(target, rounds, progress), "transposed_cost": transposed,
-            "transposed_op_seconds": op, "fused_cost": fused_update_cost(target, l2_bandwidth, rounds, progress),
+    return {"relayout_cost": relayout_cost(target, rounds, progress),
+            "transposed_cost": transposed, "transposed_op_seconds": op,
+            "fused_cost": fused_update_cost(target, l2_bandwidth, rounds, progress),
             "packed_speedup": packed_speedup(target, rounds, progress)}
 
 
