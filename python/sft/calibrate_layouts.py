@@ -102,19 +102,28 @@ def fused_update_cost(target, l2_bandwidth: float, rounds: int, progress=None) -
             text = update_program(m, n, k, False, optimizer)
             fused = {"fused": Variant(compile_module(text, target), SERIAL_DRIVER)}
             extra = sum(d.bytes for d in profile(text, target).dispatches if d.is_contraction) - own
-            times = {"alone": [], "fused": []}
-            for _ in range(rounds):
-                times["alone"].append(benchmark(alone, [f"{m}x{k}xf32", f"{k}x{n}xf32"], rounds=1)["alone"])
-                times["fused"].append(benchmark(fused, [f"{m}x{k}xf32", f"{k}x{n}xf32",
-                                                        *[f"{n}x{m}xf32"] * (1 + len(states))],
-                                                rounds=1)["fused"])
-                if progress:
-                    progress(2)
-            if None in times["alone"] + times["fused"] or extra <= 0:
+            inputs = [f"{m}x{k}xf32", f"{k}x{n}xf32"]
+            times = _in_turns({"alone": (alone, inputs),
+                               "fused": (fused, inputs + [f"{n}x{m}xf32"] * (1 + len(states)))},
+                              rounds, progress)
+            if times is None or extra <= 0:
                 return TargetDesc.fused_cost  # not measured
-            added = float(np.median(times["fused"]) - np.median(times["alone"]))
-            costs.append(max(added / (extra / l2_bandwidth), 1.0))
+            costs.append(max((times["fused"] - times["alone"]) / (extra / l2_bandwidth), 1.0))
     return float(np.exp(np.mean(np.log(costs))))
+
+
+def _in_turns(programs: dict, rounds: int, progress=None) -> dict | None:
+    """Median seconds of each {name: (one-variant dict, its inputs)}, a round of each in turn
+    (variants with different inputs cannot share a `benchmark` call); None where one failed."""
+    times: dict = {name: [] for name in programs}
+    for _ in range(rounds):
+        for name, (variant, inputs) in programs.items():
+            times[name].append(benchmark(variant, inputs, rounds=1)[name])
+        if progress:
+            progress(len(programs))
+    if any(None in t for t in times.values()):
+        return None
+    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def _bytes_and_ops(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
@@ -147,14 +156,10 @@ def packed_speedup(target, rounds: int, progress=None) -> float:
         held = {"held": Variant(compile_module(text, target), SERIAL_DRIVER)}
         packed = {"packed": Variant(compile_module(print_module(module), target, (UKERNELS_OFF,)),
                                     SERIAL_DRIVER)}
-        times = {"held": [], "packed": []}
-        for _ in range(rounds):
-            times["held"].append(benchmark(held, [f"{m}x{k}xf32", f"{k}x{n}xf32"], rounds=1)["held"])
-            times["packed"].append(benchmark(packed, [f"{m}x{k}xf32", f"{n // n0}x{k}x{n0}x1xf32"],
-                                             rounds=1)["packed"])
-            if progress:
-                progress(2)
-        if None in times["held"] + times["packed"]:
+        times = _in_turns({"held": (held, [f"{m}x{k}xf32", f"{k}x{n}xf32"]),
+                           "packed": (packed, [f"{m}x{k}xf32", f"{n // n0}x{k}x{n0}x1xf32"])},
+                          rounds, progress)
+        if times is None:
             return 1.0  # not measured: nothing is packed
-        ratios.append(float(np.median(times["held"]) / np.median(times["packed"])))
+        ratios.append(times["held"] / times["packed"])
     return float(np.exp(np.mean(np.log(ratios))))
