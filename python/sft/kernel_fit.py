@@ -119,6 +119,7 @@ _FREE = (
     ("cpu", "l2_bytes_per_cycle", 1.0, 256.0, True),
     ("cpu", "overlap", 0.0, 1.0, False),
     ("cpu", "issue_overlap", 0.0, 1.0, False),
+    ("cpu", "walk_conflict_cycles", 0.0, 20.0, False),
 )
 assert {name for where, name, *_ in _FREE if where == "cpu"} == set(CpuModelParams.FITTED)
 

@@ -39,7 +39,7 @@ from .tuning_db import TuningDB
 _TYPES = {2: "f16", 4: "f32", 8: "f64"}
 MARGIN = 0.03  # a measured gain under 3% is not taken (identical modules vary about that much)
 TOGETHER_BYTES = 1 << 30  # verify's candidates share their timing processes up to this much input
-SEARCH_REVISION = 60  # bump when the space or the cost model changes what a search would pick
+SEARCH_REVISION = 61  # bump when the space or the cost model changes what a search would pick
 
 
 def kernel_program(kernel: Kernel, config: KernelConfig | None) -> str:

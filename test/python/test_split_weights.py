@@ -191,7 +191,7 @@ def test_a_split_that_cannot_beat_the_pick_is_not_searched():
     assert every
     value = every[0].plan.weight_split
     split = split_of(Plan(weight_split=value))
-    floor = split_floor(report.serial_predicted, value[0], shared_seconds(program, split, target),
+    floor = split_floor(report.serial_floor, value[0], shared_seconds(program, split, target),
                         split_layout(program.module(), split))
     assert 0 < floor <= min(p.predicted for p in every)  # a floor, on this program
     # a trust the floor already fails: nothing searched; one it passes: the same picks

@@ -57,11 +57,15 @@ class CpuModelParams:
     # 128x256x1024 with a 16-row block 1469 against 627-650 us at k = 256, 512 or 1040 (20
     # cycles per k for 16 broadcasts of A); B contiguous along k, 16 rows, about 3 cycles a line.
     conflict_cycles: float = 1.25
+    # Cycles per line of a segment read down an operand's columns (a plain B, an A stored
+    # [K, M]) that L1 lost to the walk's other rows before the next block reads it again
+    # (`model.walk_conflict_cycles`): 2 to 6 a line on a Zen 3 core, strides of 1 to 8 KiB.
+    walk_conflict_cycles: float = 4.0
 
     # What `sft-calibrate` fits, with `TargetDesc.peak_flops_f32` and `workgroup_overhead`. The
     # issue rates stay as the ISA says: they set the model's shape, the fit its scale.
     FITTED = ("issue_overlap", "fma_latency", "transpose_cost", "spill_ops", "partial_tile_ops",
-              "step_cycles", "l2_bytes_per_cycle", "overlap")
+              "step_cycles", "l2_bytes_per_cycle", "overlap", "walk_conflict_cycles")
 
     @staticmethod
     def for_isa(vector_bytes: int) -> "CpuModelParams":

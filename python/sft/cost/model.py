@@ -63,6 +63,27 @@ def conflict_cycles(kernel: Kernel, vm, vn, vk, target: TargetDesc):
     return lost * target.cpu.conflict_cycles
 
 
+PAGE_BYTES = 4096
+
+
+def walk_conflict_cycles(kernel: Kernel, vm, vn, target: TargetDesc):
+    """Cycles per k a register block loses walking an operand down its columns: a plain B
+    [K, N] (a segment of vn a k) or an A stored [K, M] (vm a k). The next block along m (of B)
+    or n (of A) reads the same segments again only after the whole walk over K rows; rows a
+    multiple of L1's set span apart share its sets, and past its ways every segment comes from
+    beyond L1 again: in full where each row lies on a page of its own (no prefetcher crosses
+    one), in part where rows share a page. One Zen 3 core, 128xNxK with B [K, N], blocks of 4x16
+    and 8x8: N = 1024 (K = 64 to 256) 24-34 GFLOP/s, N = 1040 43-49; N = 512 34-51, N = 528
+    47-59; A [128, M] of an Mx256x128 matmul, an 8x8 block: M = 1024 17, M = 1040 51."""
+    lost = 0.0
+    for operand, segment in ((0, vm), (1, vn)):
+        stride = kernel.k_stride(operand) * kernel.operand_bytes
+        if kernel.k_stride(operand) > 1 and rows_per_set(kernel.k, stride, target) > target.l1_ways:
+            lines = _ceil_div(segment * kernel.operand_bytes, 64.0)
+            lost = lost + lines * min(1.0, stride / PAGE_BYTES)
+    return lost * target.cpu.walk_conflict_cycles
+
+
 def parallel_speedup(active, target: TargetDesc):
     """What `active` busy cores give over one, at the target's measured parallel efficiency."""
     return 1.0 + (active - 1.0) * target.parallel_efficiency
@@ -122,7 +143,8 @@ def predict(kernel: Kernel, candidates: np.ndarray, target: TargetDesc, cores: i
     ports = np.stack([alu / p.fma_per_cycle, loads / p.loads_per_cycle, shuffles / p.shuffles_per_cycle])
     busiest = ports.max(axis=0)
     per_k = np.maximum(busiest + (1.0 - p.issue_overlap) * (ports.sum(axis=0) - busiest),
-                       p.fma_latency + partial) + conflict_cycles(kernel, vm, vn, vk, target)
+                       p.fma_latency + partial) + conflict_cycles(kernel, vm, vn, vk, target) \
+        + walk_conflict_cycles(kernel, vm, vn, target)
     blocks = b * _ceil_div(m, vm) * _ceil_div(n, vn)
     steps = _ceil_div(k, vk)
     cycles = blocks * (k * per_k + steps * p.step_cycles)

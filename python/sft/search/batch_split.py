@@ -181,11 +181,12 @@ def split_cost(parts: int, layout: SplitLayout | None) -> float:
 
 def split_floor(whole_serial: float, parts: int, shared: float, layout: SplitLayout) -> float:
     """The least a split's plan can be predicted before its part is searched: the whole
-    program's best prediction on one thread (`whole_serial`) shared evenly among the parts, or
-    `shared` (`shared_seconds`), whichever is longer, and the split's own cost (`split_cost`).
-    A part does at least its share of the whole's work, in kernels no larger than the whole's
-    (and repeats what is not cut, and pays each dispatch's launch whole): on a 2-core Zen 4
-    VM the splits of nine bench models searched came out 1.01-2.38x their floor."""
+    program's best prediction on one thread without column walks (`whole_serial`:
+    `SearchReport.serial_floor`) shared evenly among the parts, or `shared`
+    (`shared_seconds`), whichever is longer, and the split's own cost (`split_cost`). A part
+    does at least its share of the whole's work, in kernels no larger than the whole's (and
+    repeats what is not cut, and pays each dispatch's launch whole): on a 2-core Zen 4 VM the
+    splits of nine bench models searched came out 1.01-2.38x their floor."""
     return max(whole_serial / parts, shared) + split_cost(parts, layout)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -75,8 +75,13 @@ class SearchReport:
     # an alternative to that plan (a batch split) must beat by the alternative's own trust
     pick_predicted: float = math.inf
     # the least predicted on one thread among every rewrite's option sets (held weights packed
-    # where priced faster so): what a split's parts could at best share (`split_search`)
-    serial_predicted: float = math.inf
+    # where priced faster so), less each one's `walk_discount`: what a split's parts could at
+    # best share (`split_search`)
+    serial_floor: float = math.inf
+    # The most the kernels' column walks (`model.walk_conflict_cycles`) add to any of this
+    # rewrite's option sets on one thread: a split's part walks shorter strides than the whole
+    # (a weight split halves N), and was priced 4% below its share of the whole with them.
+    walk_discount: float = 0.0
 
     @property
     def as_formed(self) -> float:
@@ -204,6 +209,17 @@ def rank_tiles(kernel: Kernel, space, target: Target, cores: int, default: tuple
     return KernelChoice(kernel, space, tuple(keep), tuple(float(times[i]) for i in keep), precision)
 
 
+def walk_discount(choice: KernelChoice, target: Target, default: tuple[int, ...]) -> float:
+    """How much less the kernel's best and IREE-default predictions on one thread would be
+    without the column-walk term (the larger): any option set's total falls by no more."""
+    cpu = target.desc.cpu
+    if not cpu.walk_conflict_cycles or choice.kernel.k_stride(0) == choice.kernel.k_stride(1) == 1:
+        return 0.0
+    free = replace(target.desc, cpu=replace(cpu, walk_conflict_cycles=0.0))
+    times = target.codegen.predict(choice.kernel, choice.space.candidates, free, 1, default)
+    return max(choice.predicted[0] - float(times.min()), choice.default_prediction() - float(times[0]), 0.0)
+
+
 def low_precision_twin(kernel: Kernel, target: Target, dtype: str):
     """(twin kernel, its space) for the kernel's low-precision twin (`dtype` inputs, f32
     accumulation), or None where the target's codegen offers none (`Codegen.low_precision`,
@@ -286,6 +302,8 @@ def search_program(kernels: list[Kernel], profiles: dict[tuple[str, ...], Profil
         by_cores[cores] = [rank_tiles(k, s, target, cores, d, top_k, iree_only=f)
                            for k, s, d, f in zip(kernels, spaces, defaults, fixed)]
         report.scored += sum(len(s) for s in spaces)
+        if cores == 1:
+            report.walk_discount = sum(walk_discount(c, target, d) for c, d in zip(by_cores[1], defaults))
         mixed[cores] = list(by_cores[cores])
         for i, (k, twin, d) in enumerate(zip(kernels, twins, defaults)):
             if twin is None:

@@ -193,10 +193,12 @@ def search_plan(sft_text: str, target: Target, precision: str = "f32",
              for e, r in reports.items() for option in r.ranked]
     plans += [(r, *twin) for r, option, plan in plans
               if (twin := packed_option(r, option, plan, target))]
-    # the least predicted on one thread, packed twins included: what a split's part could share
-    serial = min((o.predicted for _, o, _ in plans if o.options.serial), default=math.inf)
+    # the least predicted on one thread, packed twins included, priced without column walks:
+    # what a split's part could share
+    serial = min((o.predicted - r.walk_discount for r, o, _ in plans if o.options.serial),
+                 default=math.inf)
     for r in reports.values():
-        r.serial_predicted = serial
+        r.serial_floor = serial
     found = trusted_pick(plans, reports[WRITTEN].default_predicted, target.trust)
     if found is None:
         report = reports[rewrite]  # (verify explores around the rewrite predicted best)
@@ -316,7 +318,7 @@ def split_search(program: Program, target: Target, precision: str = "f32",
         layout = split_layout(program.module(), split, updated_results(program.signature))
         shared = shared_seconds(program, split, target)
         if whole and target.trust.pessimistic(Plan(**{field: value}), split_floor(
-                whole.serial_predicted, value[0], shared, layout)) >= whole.pick_predicted:
+                whole.serial_floor, value[0], shared, layout)) >= whole.pick_predicted:
             continue
         # join functions take the parameters they read as the user has them
         held = tuple(a for a in fixed_state(program.signature) if a not in layout.join_args)

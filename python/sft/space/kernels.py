@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import re
 from dataclasses import dataclass
 
@@ -78,6 +79,14 @@ class Kernel:
         its rows, k elements apart."""
         dims = _result_dims(self.maps[0]) if len(self.maps) == 3 else []
         return bool(dims) and self.roles[dims[-1]] == "k"
+
+    def k_stride(self, operand: int) -> int:
+        """Elements between consecutive k of input `operand` (0: A, 1: B) as it lies in memory:
+        1 where k is its innermost dim, else the extents of the dims inside k (a plain B
+        [K, N] steps N a k: a register block walks it down its columns)."""
+        dims = _result_dims(self.maps[operand]) if len(self.maps) == 3 else []
+        k = [d for d in dims if self.roles[d] == "k"]
+        return math.prod(self.domain[d] for d in dims[dims.index(k[0]) + 1:]) if k else 1
 
     def key(self) -> str:
         """Canonical hash of what the kernel computes (ops, shapes, dtypes), for the tuning DB."""
