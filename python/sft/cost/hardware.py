@@ -59,7 +59,8 @@ class CpuModelParams:
     conflict_cycles: float = 1.25
     # Cycles per line of a segment read down an operand's columns (a plain B, an A stored
     # [K, M]) that L1 lost to the walk's other rows before the next block reads it again
-    # (`model.walk_conflict_cycles`): 2 to 6 a line on a Zen 3 core, strides of 1 to 8 KiB.
+    # (`model.walk_conflict_cycles`): 2 to 6 a line on a Zen 3 core, strides of 1 to 8 KiB;
+    # `sft-calibrate` fits it on its plain-B kernel (6.7 on that core).
     walk_conflict_cycles: float = 4.0
 
     # What `sft-calibrate` fits, with `TargetDesc.peak_flops_f32` and `workgroup_overhead`. The
